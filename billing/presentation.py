@@ -1,0 +1,27 @@
+"""Render an invoice for a terminal."""
+
+from __future__ import annotations
+
+from rich.console import Group
+from rich.table import Table
+from rich.text import Text
+
+from .models import Invoice
+
+
+def invoice_table(invoice: Invoice) -> Group:
+    title = Text(
+        f"Invoice #{invoice.pk}  {invoice.tenant.name} ({invoice.tenant.code})  contract {invoice.contract.code}\n"
+        f"Period {invoice.period_start:%Y-%m-%d} – {invoice.period_end:%Y-%m-%d} (UTC, end exclusive)  "
+        f"{invoice.record_count} records  status {invoice.status}",
+        style="bold",
+    )
+    table = Table(show_footer=True)
+    table.add_column("Dimension", footer="Total")
+    table.add_column("Quantity", justify="right")
+    table.add_column("Unit price", justify="right")
+    table.add_column(f"Amount ({invoice.currency})", justify="right", footer=f"{invoice.total:,.2f}")
+    for line in invoice.lines.all():
+        table.add_row(line.description, f"{line.quantity.normalize():,f}", f"{line.unit_price.normalize():f}",
+                      f"{line.amount:,.2f}")
+    return Group(title, table)

@@ -1,0 +1,128 @@
+"""Django settings. Every value read from the environment goes through `config.env`."""
+
+from __future__ import annotations
+
+from . import env
+
+BASE_DIR = env.REPO_ROOT
+DATA_DIR = env.data_dir()
+
+SECRET_KEY = env.text("SECRET_KEY", "dev-only-insecure-secret-key-change-me-in-production")
+DEBUG = env.boolean("DEBUG", False)
+ALLOWED_HOSTS = env.csv_list("ALLOWED_HOSTS", ["localhost", "127.0.0.1", "[::1]", "testserver"])
+
+INSTALLED_APPS = [
+    "django.contrib.admin",
+    "django.contrib.auth",
+    "django.contrib.contenttypes",
+    "django.contrib.sessions",
+    "django.contrib.messages",
+    "django.contrib.staticfiles",
+    "rest_framework",
+    "drf_spectacular",
+    "accounts",
+    "catalog",
+    "contracts",
+    "agents",
+    "ingest",
+    "clickhouse_store",
+    "billing",
+    "sla",
+    "demo",
+]
+
+MIDDLEWARE = [
+    "django.middleware.security.SecurityMiddleware",
+    "django.contrib.sessions.middleware.SessionMiddleware",
+    "django.middleware.common.CommonMiddleware",
+    "django.middleware.csrf.CsrfViewMiddleware",
+    "django.contrib.auth.middleware.AuthenticationMiddleware",
+    "django.contrib.messages.middleware.MessageMiddleware",
+    "django.middleware.clickjacking.XFrameOptionsMiddleware",
+]
+
+ROOT_URLCONF = "config.urls"
+WSGI_APPLICATION = "config.wsgi.application"
+
+TEMPLATES = [
+    {
+        "BACKEND": "django.template.backends.django.DjangoTemplates",
+        "DIRS": [],
+        "APP_DIRS": True,
+        "OPTIONS": {
+            "context_processors": [
+                "django.template.context_processors.request",
+                "django.contrib.auth.context_processors.auth",
+                "django.contrib.messages.context_processors.messages",
+            ],
+        },
+    },
+]
+
+_database = env.database()
+if _database.embedded:
+    from .embedded import start_embedded_postgres
+
+    _connection = start_embedded_postgres(DATA_DIR / "postgres")
+else:
+    _connection = {
+        "NAME": _database.name,
+        "USER": _database.user,
+        "PASSWORD": _database.password,
+        "HOST": _database.host,
+        "PORT": _database.port,
+    }
+DATABASES = {"default": {"ENGINE": "django.db.backends.postgresql", **_connection}}
+DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
+
+LANGUAGE_CODE = "en"
+TIME_ZONE = "UTC"
+USE_I18N = True
+USE_TZ = True
+
+STATIC_URL = "static/"
+STATIC_ROOT = DATA_DIR / "static"
+
+# ClickHouse: chdb:///<path> (in-process engine, one process per path) or http(s)://… (a server).
+CLICKHOUSE_URL = env.clickhouse_url()
+# Empty: one node. A cluster name: Replicated tables plus a Distributed table over that cluster.
+CLICKHOUSE_CLUSTER = env.text("CLICKHOUSE_CLUSTER", "")
+
+# Celery: no broker configured means tasks run in-process (the embedded default).
+CELERY_BROKER_URL = env.broker_url()
+CELERY_TASK_ALWAYS_EAGER = CELERY_BROKER_URL == ""
+CELERY_TASK_EAGER_PROPAGATES = True
+CELERY_RESULT_BACKEND = env.text("CELERY_RESULT_BACKEND", "")
+CELERY_TASK_ACKS_LATE = True
+CELERY_WORKER_PREFETCH_MULTIPLIER = 1
+CELERY_TIMEZONE = "UTC"
+
+# The platform's Ed25519 signing key (base64 of the 32-byte seed).
+PLATFORM_SIGNING_KEY = env.ed25519_seed("TREEMETER_SIGNING_KEY", DATA_DIR / "platform-signing-key")
+
+# Ingest limits.
+INGEST_MAX_BATCH_BYTES = env.integer("INGEST_MAX_BATCH_BYTES", 32 * 1024 * 1024, minimum=1024)
+INGEST_MAX_BATCH_RECORDS = env.integer("INGEST_MAX_BATCH_RECORDS", 20_000, minimum=1)
+INGEST_MAX_FUTURE_SKEW_SECONDS = env.integer("INGEST_MAX_FUTURE_SKEW_SECONDS", 300, minimum=0)
+DATA_UPLOAD_MAX_MEMORY_SIZE = INGEST_MAX_BATCH_BYTES + 1024
+
+REST_FRAMEWORK = {
+    "DEFAULT_SCHEMA_CLASS": "drf_spectacular.openapi.AutoSchema",
+    "DEFAULT_AUTHENTICATION_CLASSES": [
+        "rest_framework.authentication.SessionAuthentication",
+    ],
+    "DEFAULT_PERMISSION_CLASSES": ["rest_framework.permissions.IsAuthenticated"],
+    "EXCEPTION_HANDLER": "config.errors.api_exception_handler",
+}
+SPECTACULAR_SETTINGS = {
+    "TITLE": "Treemeter API",
+    "VERSION": "1",
+    "DESCRIPTION": "Metering, billing and SLA contracts for MoE inference.",
+}
+
+LOGGING = {
+    "version": 1,
+    "disable_existing_loggers": False,
+    "handlers": {"console": {"class": "logging.StreamHandler"}},
+    "root": {"handlers": ["console"], "level": env.text("LOG_LEVEL", "WARNING")},
+}

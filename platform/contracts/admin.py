@@ -1,0 +1,16 @@
+from django.contrib import admin
+
+from .models import Contract, ContractPrice
+
+
+class ContractPriceInline(admin.TabularInline):
+    model = ContractPrice
+    extra = 1
+
+
+@admin.register(Contract)
+class ContractAdmin(admin.ModelAdmin):
+    list_display = ["code", "tenant", "package", "currency", "period", "status", "starts_at"]
+    list_filter = ["status", "currency", "package"]
+    search_fields = ["code", "tenant__code"]
+    inlines = [ContractPriceInline]

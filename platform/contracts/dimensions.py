@@ -1,0 +1,38 @@
+"""Metered dimensions a contract can price. Each maps to one whitelisted ClickHouse aggregate."""
+
+from __future__ import annotations
+
+from decimal import Decimal
+
+from django.db import models
+
+
+class Dimension(models.TextChoices):
+    REQUESTS = "requests", "Requests"
+    TOKENS_IN = "tokens_in", "Input tokens"
+    TOKENS_OUT = "tokens_out", "Output tokens"
+    CACHED_TOKENS = "cached_tokens", "Prefix-cache hit tokens"
+    EXPERT_TOKENS = "expert_tokens", "Expert-token activations"
+    ROUTING_HOPS = "routing_hops", "Routing hops"
+    L2_MISSES = "l2_misses", "Expert-cache misses (L2)"
+    L3_SECONDS = "l3_seconds", "GPU time (L3 seconds)"
+
+
+# Integer aggregates over the records table; values are summed exactly, then scaled below.
+AGGREGATES: dict[str, str] = {
+    Dimension.REQUESTS: "count()",
+    Dimension.TOKENS_IN: "sum(tokens_in)",
+    Dimension.TOKENS_OUT: "sum(tokens_out)",
+    Dimension.CACHED_TOKENS: "sum(prefix_cache_hit_tokens)",
+    Dimension.EXPERT_TOKENS: "sum(expert_tokens)",
+    Dimension.ROUTING_HOPS: "sum(length(hops))",
+    Dimension.L2_MISSES: "sum(expert_cache_misses)",
+    Dimension.L3_SECONDS: "sum(l3_latency_us)",
+}
+
+# Divisor turning the integer aggregate into the billed unit (µs → seconds).
+SCALE: dict[str, Decimal] = {Dimension.L3_SECONDS: Decimal(1_000_000)}
+
+
+def quantity_from_aggregate(dimension: str, raw: int) -> Decimal:
+    return Decimal(raw) / SCALE.get(dimension, Decimal(1))

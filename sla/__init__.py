@@ -1,0 +1,1 @@
+"""SLA measurement, reports and service credits (built in the SLA issue)."""

@@ -1,0 +1,6 @@
+from django.apps import AppConfig
+
+
+class SlaConfig(AppConfig):
+    name = "sla"
+    verbose_name = "SLA contracts"

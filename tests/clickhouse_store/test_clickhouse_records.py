@@ -1,0 +1,134 @@
+"""Usage records: JSONEachRow inserts, derived columns, write dedup (tokens) and read dedup (RECORDS)."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+from clickhouse_store import query
+from clickhouse_store.query import RECORDS
+from clickhouse_store.schema import RECORD_FIELDS
+
+Record = dict[str, Any]
+MakeRecord = Callable[..., Record]
+AsValues = Callable[[Record], Record]
+
+
+def lines(*records: Record) -> bytes:
+    return b"".join(json.dumps(record).encode() + b"\n" for record in records)
+
+
+def utc(value: datetime) -> datetime:
+    """clickhouse-connect returns naive UTC datetimes by default (tz_mode "naive_utc")."""
+    return value.replace(tzinfo=UTC) if value.tzinfo is None else value
+
+
+def raw_count() -> int:
+    ((count,),) = query.select("SELECT count() FROM usage_records")
+    return int(count)
+
+
+def test_json_lines_insert_a_full_record(ch: None, make_record: MakeRecord) -> None:
+    with_outcome = make_record()
+    without_outcome = make_record(outcome=None, hops=[], status="error")
+    query.insert_json_lines("usage_records", lines(with_outcome, without_outcome))
+
+    columns = ", ".join(RECORD_FIELDS)
+    rows = query.select_dicts(
+        f"SELECT {columns}, toUnixTimestamp64Nano(start_time) AS start_time_ns, start_time, "  # noqa: S608
+        "l1_latency_us, l2_latency_us, l3_latency_us, ingested_at "
+        "FROM usage_records WHERE record_id = {id:UUID}",
+        {"id": with_outcome["record_id"]},
+    )
+    assert len(rows) == 1
+    row = rows[0]
+    for field in ("v", "agent_id", "seq", "tenant", "contract", "package", "client_request_id", "model_id"):
+        assert row[field] == with_outcome[field], field
+    for field in (
+        "weights_sha3",
+        "start_ns",
+        "end_ns",
+        "clock_drift_us",
+        "tokens_in",
+        "tokens_out",
+        "sla_class",
+    ):
+        assert row[field] == with_outcome[field], field
+    for field in ("distinct_experts", "expert_tokens", "prefix_cache_hit_tokens", "expert_cache_hits"):
+        assert row[field] == with_outcome[field], field
+    assert row["expert_cache_misses"] == 2
+    assert row["status"] == "ok"
+    assert str(row["record_id"]) == with_outcome["record_id"]
+    assert row["hops"] == with_outcome["hops"]  # named tuples read back as dicts
+    assert row["experts"] == with_outcome["experts"]
+    assert json.loads(row["outcome"]) == with_outcome["outcome"]
+
+    assert row["l1_latency_us"] == 850
+    assert row["l2_latency_us"] == 1200 + 300
+    assert row["l3_latency_us"] == 640_000
+    assert row["start_time_ns"] == with_outcome["start_ns"]
+    assert utc(row["start_time"]) == datetime(2025, 12, 2, 10, 6, 40, 123456, tzinfo=UTC)
+    assert abs(datetime.now(UTC) - utc(row["ingested_at"])) < timedelta(minutes=5)
+
+    ((outcome, l1, l2, l3, status),) = query.select(
+        "SELECT outcome, l1_latency_us, l2_latency_us, l3_latency_us, status FROM usage_records "
+        "WHERE record_id = {id:UUID}",
+        {"id": without_outcome["record_id"]},
+    )
+    assert (outcome, l1, l2, l3, status) == ("", 0, 0, 0, "error")
+
+
+def test_insert_rows_fills_the_same_derived_columns(
+    ch: None, make_record: MakeRecord, as_values: AsValues
+) -> None:
+    hops = [{"layer": "l1", "node": "a", "latency_us": 7}, {"layer": "L1", "node": "b", "latency_us": 5}]
+    record = make_record(hops=hops)
+    values = as_values(record)
+    query.insert_rows("usage_records", list(values), [list(values.values())])
+    columns = [[value] for value in values.values()]
+    other = make_record()
+    columns[list(values).index("record_id")] = [other["record_id"]]
+    query.insert_rows("usage_records", list(values), columns, column_oriented=True)
+    rows = query.select(
+        "SELECT l1_latency_us, l2_latency_us, toUnixTimestamp64Nano(start_time) FROM usage_records"
+    )
+    assert rows == [(12, 0, record["start_ns"])] * 2
+
+
+def test_dedup_token_drops_a_retried_insert(ch: None, make_record: MakeRecord, as_values: AsValues) -> None:
+    batch = lines(make_record(seq=1), make_record(seq=2), make_record(seq=3))
+    query.insert_json_lines("usage_records", batch, dedup_token="agent-fra-07:1-3")
+    query.insert_json_lines("usage_records", batch, dedup_token="agent-fra-07:1-3")  # the retry
+    assert raw_count() == 3
+
+    values = as_values(make_record(seq=4))
+    for _ in range(2):
+        query.insert_rows(
+            "usage_records", list(values), [list(values.values())], dedup_token="agent-fra-07:4-4"
+        )
+    assert raw_count() == 4
+
+
+def test_records_counts_a_copy_once(ch: None, make_record: MakeRecord) -> None:
+    """Two inserts of the same record under different tokens get past write dedup; RECORDS reads one."""
+    record = make_record(tokens_in=512)
+    other = make_record(tokens_in=100, contract="ctr-2026-0002")
+    query.insert_json_lines("usage_records", lines(record, other), dedup_token="batch-1")
+    query.insert_json_lines("usage_records", lines(record), dedup_token="batch-2")
+
+    assert raw_count() == 3  # no merge has happened: the copy is stored
+    assert query.select(
+        "SELECT count(), sum(tokens_in) FROM usage_records WHERE record_id = {id:UUID}",
+        {"id": record["record_id"]},
+    ) == [(2, 1024)]
+    totals = query.select(
+        f"SELECT count(), sum(tokens_in) FROM {RECORDS} WHERE tenant = {{tenant:String}}",  # noqa: S608
+        {"tenant": "acme"},
+    )
+    assert totals == [(2, 612)]
+    per_contract = query.select(
+        f"SELECT contract, count(), sum(tokens_in) FROM {RECORDS} GROUP BY contract ORDER BY contract"  # noqa: S608
+    )
+    assert per_contract == [("ctr-2026-0001", 1, 512), ("ctr-2026-0002", 1, 100)]

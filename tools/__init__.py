@@ -1,0 +1,1 @@
+"""Developer and build tooling for Treemeter (not imported by the platform)."""

@@ -1,0 +1,105 @@
+"""Treemeter usage record format v1: encoding, hashing, signing, validation and batch sending.
+
+Pure Python (no Django) so that compute agents and the platform share one implementation.
+See docs/record-format.md for the format itself.
+"""
+
+from .batch import (
+    BATCH_VERSION,
+    CONTENT_TYPE,
+    HEADER_FIELDS,
+    BatchRecords,
+    ParsedBatch,
+    SignedBatch,
+    build_batch,
+    check_batch_signature,
+    check_merkle_root,
+    parse_batch,
+    validate_batch_records,
+    verify_batch_signature,
+)
+from .client import INGEST_PATH, IngestClient, IngestResponse
+from .encoding import canonical_bytes, canonical_bytes_fast, check_canonical_value, matches_canonical
+from .errors import (
+    BATCH_ERROR_STATUS,
+    RECORD_ERROR_CODES,
+    BatchError,
+    CanonicalEncodingError,
+    IngestError,
+    IngestRejected,
+    IngestUnavailable,
+    RecordError,
+    TreemeterRecordsError,
+)
+from .merkle import EMPTY_ROOT, leaf_hash, merkle_root, merkle_root_of, node_hash
+from .records import make_record, new_record_id
+from .signing import (
+    SIGNATURE_DOMAIN,
+    generate_keypair,
+    key_id_for,
+    load_public_key,
+    private_key_from_seed,
+    private_key_seed,
+    public_key_bytes,
+    public_key_from_b64,
+    public_key_to_b64,
+    sign_header,
+    verify_header,
+    verify_signature,
+)
+from .validation import RECORD_FIELDS, RECORD_VERSION, decode_record, is_slug, validate_record
+
+__all__ = [
+    "BATCH_ERROR_STATUS",
+    "BATCH_VERSION",
+    "CONTENT_TYPE",
+    "EMPTY_ROOT",
+    "HEADER_FIELDS",
+    "INGEST_PATH",
+    "RECORD_ERROR_CODES",
+    "RECORD_FIELDS",
+    "RECORD_VERSION",
+    "SIGNATURE_DOMAIN",
+    "BatchError",
+    "BatchRecords",
+    "CanonicalEncodingError",
+    "IngestClient",
+    "IngestError",
+    "IngestRejected",
+    "IngestResponse",
+    "IngestUnavailable",
+    "ParsedBatch",
+    "RecordError",
+    "SignedBatch",
+    "TreemeterRecordsError",
+    "build_batch",
+    "canonical_bytes",
+    "canonical_bytes_fast",
+    "check_batch_signature",
+    "check_canonical_value",
+    "check_merkle_root",
+    "decode_record",
+    "generate_keypair",
+    "is_slug",
+    "key_id_for",
+    "leaf_hash",
+    "load_public_key",
+    "make_record",
+    "matches_canonical",
+    "merkle_root",
+    "merkle_root_of",
+    "new_record_id",
+    "node_hash",
+    "parse_batch",
+    "private_key_from_seed",
+    "private_key_seed",
+    "public_key_bytes",
+    "public_key_from_b64",
+    "public_key_to_b64",
+    "sign_header",
+    "validate_batch_records",
+    "validate_record",
+    "verify_batch_signature",
+    "verify_header",
+    "verify_signature",
+]

@@ -1,0 +1,295 @@
+"""Usage record format v1: per-record validation and decoding of wire lines.
+
+This is on the ingest hot path: plain dicts straight from orjson, ``type(x) is int`` checks
+(``bool`` is not an int here), precompiled ``fullmatch`` patterns, no per-record objects.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping
+from typing import Any, NoReturn
+
+import orjson
+
+from .encoding import INT_MAX, INT_MIN, matches_canonical
+from .errors import (
+    INCONSISTENT_TOTALS,
+    INVALID_VALUE,
+    MALFORMED_RECORD,
+    MISSING_FIELD,
+    NEGATIVE_VALUE,
+    NON_CANONICAL,
+    TIMESTAMP_IN_FUTURE,
+    UNKNOWN_FIELD,
+    UNSUPPORTED_VERSION,
+    WRONG_TYPE,
+    RecordError,
+)
+
+RECORD_VERSION = 1
+
+#: Every v1 field, in documentation order (all are required, no others are allowed).
+RECORD_FIELDS: tuple[str, ...] = (
+    "v",
+    "record_id",
+    "agent_id",
+    "seq",
+    "tenant",
+    "contract",
+    "package",
+    "sla_class",
+    "client_request_id",
+    "model_id",
+    "weights_sha3",
+    "start_ns",
+    "end_ns",
+    "clock_drift_us",
+    "tokens_in",
+    "tokens_out",
+    "hops",
+    "experts",
+    "distinct_experts",
+    "expert_tokens",
+    "prefix_cache_hit_tokens",
+    "expert_cache_hits",
+    "expert_cache_misses",
+    "status",
+    "outcome",
+)
+_FIELD_SET = frozenset(RECORD_FIELDS)
+_HOP_FIELDS = ("layer", "node", "latency_us")
+_HOP_SET = frozenset(_HOP_FIELDS)
+_EXPERT_FIELDS = ("layer", "expert", "tokens")
+_EXPERT_SET = frozenset(_EXPERT_FIELDS)
+
+HOP_LAYERS = frozenset({"L1", "L2", "L3"})
+STATUSES = frozenset({"ok", "error", "timeout", "rejected"})
+
+U32 = 2**32
+U63 = 2**63
+I31 = 2**31
+MAX_TEXT = 128
+MAX_NODE = 64
+
+_slug = re.compile(r"[a-z0-9][a-z0-9._-]{0,63}").fullmatch
+_hex64 = re.compile(r"[0-9a-f]{64}").fullmatch
+_uuid7 = re.compile(r"[0-9a-f]{8}-[0-9a-f]{4}-7[0-9a-f]{3}-[89ab][0-9a-f]{3}-[0-9a-f]{12}").fullmatch
+
+
+def is_slug(value: object) -> bool:
+    """``^[a-z0-9][a-z0-9._-]{0,63}$`` (the form of agent ids, tenants, contracts, packages...)."""
+    return type(value) is str and _slug(value) is not None
+
+
+def _fail(code: str, field: str, message: str) -> NoReturn:
+    raise RecordError(code, field, message)
+
+
+def _uint(value: Any, field: str, limit: int, minimum: int = 0) -> int:
+    """An int in [minimum, limit); negatives get ``negative_value``, other misses ``invalid_value``."""
+    if type(value) is not int:
+        _fail(WRONG_TYPE, field, f"{field} must be an integer")
+    if value < minimum or value >= limit:
+        if value < 0:
+            _fail(NEGATIVE_VALUE, field, f"{field} must not be negative")
+        _fail(INVALID_VALUE, field, f"{field} must be in [{minimum}, {limit})")
+    return value
+
+
+def _text(value: Any, field: str, min_len: int, max_len: int) -> None:
+    if type(value) is not str:
+        _fail(WRONG_TYPE, field, f"{field} must be a string")
+    if not min_len <= len(value) <= max_len:
+        _fail(INVALID_VALUE, field, f"{field} must be {min_len}..{max_len} characters long")
+
+
+def _slug_field(value: Any, field: str) -> None:
+    if type(value) is not str:
+        _fail(WRONG_TYPE, field, f"{field} must be a string")
+    if _slug(value) is None:
+        _fail(INVALID_VALUE, field, f"{field} must match ^[a-z0-9][a-z0-9._-]{{0,63}}$")
+
+
+def _check_keys(obj: Mapping[str, Any], fields: tuple[str, ...], prefix: str) -> None:
+    for name in fields:
+        if name not in obj:
+            _fail(MISSING_FIELD, prefix + name, f"{prefix + name} is required")
+    for name in obj:
+        if name not in fields:
+            shown = str(name)[:64]
+            _fail(UNKNOWN_FIELD, prefix + shown, f"unknown field {prefix + shown!r}")
+
+
+def _check_hops(hops: Any) -> None:
+    if type(hops) is not list:
+        _fail(WRONG_TYPE, "hops", "hops must be a list")
+    if not hops:
+        _fail(INVALID_VALUE, "hops", "hops must not be empty")
+    for i, hop in enumerate(hops):
+        if type(hop) is not dict:
+            _fail(WRONG_TYPE, f"hops[{i}]", "each hop must be an object")
+        if hop.keys() != _HOP_SET:
+            _check_keys(hop, _HOP_FIELDS, f"hops[{i}].")
+        layer = hop["layer"]
+        if type(layer) is not str:
+            _fail(WRONG_TYPE, f"hops[{i}].layer", "hop layer must be a string")
+        if layer not in HOP_LAYERS:
+            _fail(INVALID_VALUE, f"hops[{i}].layer", 'hop layer must be "L1", "L2" or "L3"')
+        _text(hop["node"], f"hops[{i}].node", 1, MAX_NODE)
+        _uint(hop["latency_us"], f"hops[{i}].latency_us", U32)
+
+
+def _check_experts(experts: Any) -> int:
+    """Validate the expert list; return the sum of its tokens."""
+    if type(experts) is not list:
+        _fail(WRONG_TYPE, "experts", "experts must be a list")
+    total = 0
+    prev = -1
+    for i, entry in enumerate(experts):
+        if type(entry) is not dict:
+            _fail(WRONG_TYPE, f"experts[{i}]", "each expert entry must be an object")
+        if entry.keys() != _EXPERT_SET:
+            _check_keys(entry, _EXPERT_FIELDS, f"experts[{i}].")
+        layer = _uint(entry["layer"], f"experts[{i}].layer", 65536)
+        expert = _uint(entry["expert"], f"experts[{i}].expert", 65536)
+        total += _uint(entry["tokens"], f"experts[{i}].tokens", U32, 1)
+        key = (layer << 16) | expert
+        if key <= prev:
+            _fail(INVALID_VALUE, f"experts[{i}]", "experts must be sorted by (layer, expert), each pair once")
+        prev = key
+    return total
+
+
+def _check_outcome(outcome: Any) -> None:
+    if outcome is None:
+        return
+    if type(outcome) is not dict:
+        _fail(WRONG_TYPE, "outcome", "outcome must be null or an object")
+    stack: list[tuple[Any, str]] = [(outcome, "outcome")]
+    while stack:
+        value, path = stack.pop()
+        t = type(value)
+        if t is str or t is bool or value is None:
+            continue
+        if t is int:
+            if not INT_MIN <= value <= INT_MAX:
+                _fail(INVALID_VALUE, path, "integers in outcome must fit in a signed 64-bit integer")
+        elif t is dict:
+            for key, item in value.items():
+                if type(key) is not str:
+                    _fail(WRONG_TYPE, path, "outcome object keys must be strings")
+                stack.append((item, f"{path}.{key}"))
+        elif t is list:
+            stack.extend((item, f"{path}[{i}]") for i, item in enumerate(value))
+        elif t is float:
+            _fail(WRONG_TYPE, path, "floats are not allowed; encode decimals and money as strings")
+        else:
+            _fail(WRONG_TYPE, path, f"unsupported type {t.__name__} in outcome")
+
+
+def validate_record(rec: Any, now_ns: int | None = None, max_future_ns: int = 0) -> None:
+    """Raise ``RecordError`` unless ``rec`` is a valid v1 record.
+
+    ``now_ns``/``max_future_ns``: when ``now_ns`` is given, ``start_ns``/``end_ns`` may be at most
+    ``max_future_ns`` after it (``timestamp_in_future``). Canonical form is not checked here
+    (see ``decode_record``).
+    """
+    if type(rec) is not dict:
+        raise RecordError(MALFORMED_RECORD, None, "a record must be a JSON object")
+    if "v" not in rec:
+        _fail(MISSING_FIELD, "v", "v is required")
+    v = rec["v"]
+    if type(v) is not int:
+        _fail(WRONG_TYPE, "v", "v must be an integer")
+    if v != RECORD_VERSION:
+        _fail(UNSUPPORTED_VERSION, "v", f"record version {v} is not supported (expected {RECORD_VERSION})")
+    if rec.keys() != _FIELD_SET:
+        _check_keys(rec, RECORD_FIELDS, "")
+
+    record_id = rec["record_id"]
+    if type(record_id) is not str:
+        _fail(WRONG_TYPE, "record_id", "record_id must be a string")
+    if _uuid7(record_id) is None:
+        _fail(INVALID_VALUE, "record_id", "record_id must be a lowercase canonical UUIDv7")
+    _slug_field(rec["agent_id"], "agent_id")
+    _uint(rec["seq"], "seq", U63)
+    _slug_field(rec["tenant"], "tenant")
+    _slug_field(rec["contract"], "contract")
+    _slug_field(rec["package"], "package")
+    _slug_field(rec["sla_class"], "sla_class")
+    _text(rec["client_request_id"], "client_request_id", 0, MAX_TEXT)
+    _text(rec["model_id"], "model_id", 1, MAX_TEXT)
+    weights = rec["weights_sha3"]
+    if type(weights) is not str:
+        _fail(WRONG_TYPE, "weights_sha3", "weights_sha3 must be a string")
+    if _hex64(weights) is None:
+        _fail(INVALID_VALUE, "weights_sha3", "weights_sha3 must be 64 lowercase hex characters")
+    start_ns = _uint(rec["start_ns"], "start_ns", U63, 1)
+    end_ns = _uint(rec["end_ns"], "end_ns", U63, 1)
+    drift = rec["clock_drift_us"]
+    if type(drift) is not int:
+        _fail(WRONG_TYPE, "clock_drift_us", "clock_drift_us must be an integer")
+    if not -I31 < drift < I31:
+        _fail(INVALID_VALUE, "clock_drift_us", "|clock_drift_us| must be below 2**31")
+    tokens_in = _uint(rec["tokens_in"], "tokens_in", U32)
+    _uint(rec["tokens_out"], "tokens_out", U32)
+    _check_hops(rec["hops"])
+    expert_sum = _check_experts(rec["experts"])
+    distinct = _uint(rec["distinct_experts"], "distinct_experts", U63)
+    expert_tokens = _uint(rec["expert_tokens"], "expert_tokens", U63)
+    prefix_hits = _uint(rec["prefix_cache_hit_tokens"], "prefix_cache_hit_tokens", U32)
+    _uint(rec["expert_cache_hits"], "expert_cache_hits", U32)
+    _uint(rec["expert_cache_misses"], "expert_cache_misses", U32)
+    status = rec["status"]
+    if type(status) is not str:
+        _fail(WRONG_TYPE, "status", "status must be a string")
+    if status not in STATUSES:
+        _fail(INVALID_VALUE, "status", "status must be one of ok, error, timeout, rejected")
+    _check_outcome(rec["outcome"])
+
+    # Cross-field rules.
+    if end_ns < start_ns:
+        _fail(INVALID_VALUE, "end_ns", "end_ns must not be before start_ns")
+    if distinct != len(rec["experts"]):
+        _fail(INCONSISTENT_TOTALS, "distinct_experts", "distinct_experts must equal the number of experts")
+    if expert_tokens != expert_sum:
+        _fail(INCONSISTENT_TOTALS, "expert_tokens", "expert_tokens must equal the sum of experts' tokens")
+    if prefix_hits > tokens_in:
+        _fail(INCONSISTENT_TOTALS, "prefix_cache_hit_tokens", "prefix_cache_hit_tokens exceeds tokens_in")
+    if now_ns is not None:
+        limit = now_ns + max_future_ns
+        if start_ns > limit:
+            _fail(TIMESTAMP_IN_FUTURE, "start_ns", "start_ns is too far in the future")
+        if end_ns > limit:
+            _fail(TIMESTAMP_IN_FUTURE, "end_ns", "end_ns is too far in the future")
+
+
+def parse_record_line(line: bytes) -> dict[str, Any]:
+    """orjson-parse one wire line into an object, or raise ``malformed_record``."""
+    try:
+        obj = orjson.loads(line)
+    except orjson.JSONDecodeError as exc:
+        raise RecordError(MALFORMED_RECORD, None, f"not valid JSON: {exc}") from None
+    if type(obj) is not dict:
+        raise RecordError(MALFORMED_RECORD, None, "a record must be a JSON object")
+    return obj
+
+
+def check_record_canonical(line: bytes, rec: dict[str, Any]) -> None:
+    """Raise ``non_canonical`` unless ``line`` is exactly the canonical encoding of ``rec``."""
+    if not matches_canonical(line, rec):
+        raise RecordError(NON_CANONICAL, None, "record line is not in canonical encoding")
+
+
+def decode_record(line: bytes, now_ns: int, max_future_ns: int) -> dict[str, Any]:
+    """Parse, validate and canonical-check one record line (ingest side).
+
+    Validation runs before the canonical check so that agents get the precise reason
+    (e.g. ``wrong_type`` for a float) rather than ``non_canonical``. Duplicate keys, whitespace,
+    escapes like ``\\u00e9`` or unsorted keys all end up as ``non_canonical``.
+    """
+    rec = parse_record_line(line)
+    validate_record(rec, now_ns, max_future_ns)
+    check_record_canonical(line, rec)
+    return rec
