@@ -33,3 +33,12 @@ def clickhouse() -> Iterator[None]:
         _migrated = True
     query.command("TRUNCATE TABLE usage_records")
     yield
+
+
+@pytest.fixture
+def redis_url() -> str:
+    """The real Redis broker for worker tests; the test command (tools.testenv) always provides one."""
+    url = os.environ.get("TEST_REDIS_URL")
+    if not url:
+        pytest.skip("TEST_REDIS_URL is not set: run the suite with `make test`, which starts Redis if needed")
+    return url

@@ -9,3 +9,11 @@ os.environ.setdefault("DJANGO_SETTINGS_MODULE", "config.settings")
 app = Celery("treemeter")
 app.config_from_object("django.conf:settings", namespace="CELERY")
 app.autodiscover_tasks()
+
+
+@app.task(name="treemeter.runtime_info")
+def runtime_info() -> dict[str, str]:
+    """Health probe for workers: which Python and which `platform` module the worker really runs."""
+    import platform
+
+    return {"platform_system": platform.system(), "platform_module": platform.__file__ or "", "python": platform.python_version()}

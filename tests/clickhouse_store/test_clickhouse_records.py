@@ -115,10 +115,13 @@ def test_records_counts_a_copy_once(ch: None, make_record: MakeRecord) -> None:
     """Two inserts of the same record under different tokens get past write dedup; RECORDS reads one."""
     record = make_record(tokens_in=512)
     other = make_record(tokens_in=100, contract="ctr-2026-0002")
-    query.insert_json_lines("usage_records", lines(record, other), dedup_token="batch-1")
-    query.insert_json_lines("usage_records", lines(record), dedup_token="batch-2")
-
-    assert raw_count() == 3  # no merge has happened: the copy is stored
+    query.command("SYSTEM STOP MERGES usage_records")  # a background merge would remove the copy early
+    try:
+        query.insert_json_lines("usage_records", lines(record, other), dedup_token="batch-1")
+        query.insert_json_lines("usage_records", lines(record), dedup_token="batch-2")
+        assert raw_count() == 3  # no merge has happened: the copy is stored
+    finally:
+        query.command("SYSTEM START MERGES usage_records")
     assert query.select(
         "SELECT count(), sum(tokens_in) FROM usage_records WHERE record_id = {id:UUID}",
         {"id": record["record_id"]},
