@@ -19,8 +19,18 @@ class InvoiceSerializer(serializers.ModelSerializer):
 
     class Meta:
         model = Invoice
-        fields = ["id", "contract", "tenant", "period_start", "period_end", "currency", "status",
-                  "record_count", "total", "lines"]
+        fields = [
+            "id",
+            "contract",
+            "tenant",
+            "period_start",
+            "period_end",
+            "currency",
+            "status",
+            "record_count",
+            "total",
+            "lines",
+        ]
 
 
 class InvoiceDetailView(generics.RetrieveAPIView):

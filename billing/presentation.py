@@ -11,7 +11,8 @@ from .models import Invoice
 
 def invoice_table(invoice: Invoice) -> Group:
     title = Text(
-        f"Invoice #{invoice.pk}  {invoice.tenant.name} ({invoice.tenant.code})  contract {invoice.contract.code}\n"
+        f"Invoice #{invoice.pk}  {invoice.tenant.name} ({invoice.tenant.code})  "
+        f"contract {invoice.contract.code}\n"
         f"Period {invoice.period_start:%Y-%m-%d} – {invoice.period_end:%Y-%m-%d} (UTC, end exclusive)  "
         f"{invoice.record_count} records  status {invoice.status}",
         style="bold",
@@ -22,6 +23,10 @@ def invoice_table(invoice: Invoice) -> Group:
     table.add_column("Unit price", justify="right")
     table.add_column(f"Amount ({invoice.currency})", justify="right", footer=f"{invoice.total:,.2f}")
     for line in invoice.lines.all():
-        table.add_row(line.description, f"{line.quantity.normalize():,f}", f"{line.unit_price.normalize():f}",
-                      f"{line.amount:,.2f}")
+        table.add_row(
+            line.description,
+            f"{line.quantity.normalize():,f}",
+            f"{line.unit_price.normalize():f}",
+            f"{line.amount:,.2f}",
+        )
     return Group(title, table)

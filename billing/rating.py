@@ -19,7 +19,9 @@ class RatedLine:
     amount: Decimal
 
 
-def rate_usage(quantities: Mapping[str, Decimal], prices: Mapping[str, Decimal], currency: str) -> list[RatedLine]:
+def rate_usage(
+    quantities: Mapping[str, Decimal], prices: Mapping[str, Decimal], currency: str
+) -> list[RatedLine]:
     """One line per priced dimension, in the order dimensions are declared; amount = quantity × price,
     rounded half up to the currency's minor unit."""
     lines = []

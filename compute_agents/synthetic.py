@@ -31,7 +31,7 @@ def synthetic_records(
     workload: Workload, *, first_seq: int, count: int, start_ns: int, end_ns: int, seed: int = 7
 ) -> Iterator[dict[str, Any]]:
     """`count` records with seqs from `first_seq`, start times spread evenly over [start_ns, end_ns)."""
-    rng = random.Random(seed)
+    rng = random.Random(seed)  # noqa: S311 - synthetic load, not secrets
     step = max((end_ns - start_ns) // max(count, 1), 1)
     for index in range(count):
         tokens_in = rng.randint(64, 2048)
@@ -80,7 +80,11 @@ def _route(rng: random.Random, workload: Workload, tokens: int) -> list[dict[str
         chosen = sorted(rng.sample(range(workload.experts), k=min(4, workload.experts)))
         remaining = tokens * workload.top_k
         for position, expert in enumerate(chosen):
-            share = remaining if position == len(chosen) - 1 else rng.randint(1, remaining - (len(chosen) - position - 1))
+            share = (
+                remaining
+                if position == len(chosen) - 1
+                else rng.randint(1, remaining - (len(chosen) - position - 1))
+            )
             remaining -= share
             experts.append({"layer": layer, "expert": expert, "tokens": share})
     return experts

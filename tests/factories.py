@@ -16,7 +16,14 @@ from agents.models import AgentKey
 from agents.services import register_agent
 from catalog.models import ComputePackage
 from contracts.models import Contract, ContractPrice
-from treemeter_records import SignedBatch, build_batch, make_record, new_record_id, private_key_from_seed, public_key_to_b64
+from treemeter_records import (
+    SignedBatch,
+    build_batch,
+    make_record,
+    new_record_id,
+    private_key_from_seed,
+    public_key_to_b64,
+)
 
 
 class TenantFactory(factory.django.DjangoModelFactory):

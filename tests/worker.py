@@ -49,7 +49,18 @@ def celery_worker(broker_url: str) -> Iterator[Worker]:
     }
     close_client()
     process = subprocess.Popen(
-        [sys.executable, "-m", "celery", "-A", "config", "worker", "--pool=solo", "-Q", queue, "--loglevel=WARNING"],
+        [
+            sys.executable,
+            "-m",
+            "celery",
+            "-A",
+            "config",
+            "worker",
+            "--pool=solo",
+            "-Q",
+            queue,
+            "--loglevel=WARNING",
+        ],
         cwd=ROOT,
         env=env,
     )

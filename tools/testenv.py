@@ -38,8 +38,11 @@ from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from types import FrameType
-from typing import Literal
+from typing import TYPE_CHECKING, Any, Literal
 from urllib.parse import quote, urlsplit
+
+if TYPE_CHECKING:
+    from redis import Redis
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
 
@@ -110,22 +113,23 @@ def postgres_answers(host: str = LOCAL_POSTGRES[0], port: int = LOCAL_POSTGRES[1
 def redis_answers(host: str = LOCAL_REDIS[0], port: int = LOCAL_REDIS[1], timeout: float = 1.0) -> bool:
     """True when a Redis server there answers PING."""
     import redis
-    from redis.backoff import NoBackoff
-    from redis.retry import Retry
 
-    client = redis.Redis(
-        host=host,
-        port=port,
-        socket_connect_timeout=timeout,
-        socket_timeout=timeout,
-        retry=Retry(NoBackoff(), 0),  # redis-py retries 3 times with backoff by default: seconds for a "no"
-    )
+    client = _redis_client(host=host, port=port, socket_connect_timeout=timeout, socket_timeout=timeout)
     try:
         return bool(client.ping())
     except (redis.RedisError, OSError):
         return False
     finally:
         client.close()
+
+
+def _redis_client(**kwargs: Any) -> Redis:
+    """A client that tries once: redis-py retries 3 times with backoff by default, seconds for a "no"."""
+    import redis
+    from redis.backoff import NoBackoff
+    from redis.retry import Retry
+
+    return redis.Redis(retry=Retry(NoBackoff(), 0), **kwargs)
 
 
 # --- embedded servers ------------------------------------------------------------------------------------
@@ -242,7 +246,7 @@ def embedded_redis(directory: Path, db: int = REDIS_DB, start_timeout: float = 1
                 detail = log.read_text()[-2000:] if log.exists() else ""
                 raise RuntimeError(f"redis-server exited with {process.returncode} on start\n{detail}")
             if socket_path.exists():
-                client = redis.Redis(unix_socket_path=str(socket_path), socket_timeout=1)
+                client = _redis_client(unix_socket_path=str(socket_path), socket_timeout=1)
                 try:
                     if client.ping():
                         break

@@ -36,9 +36,15 @@ def make_record(**fields: Any) -> dict[str, Any]:
         with contextlib.suppress(TypeError, KeyError):  # left as is: validation reports the bad entry
             experts.sort(key=_expert_key)
         rec["experts"] = experts
-        if all(isinstance(e, dict) and type(e.get("tokens")) is int for e in experts):
-            rec.setdefault("distinct_experts", len(experts))
-            rec.setdefault("expert_tokens", sum(e["tokens"] for e in experts))
+        # Bad entries are ignored in the sums: validation reports them before any total.
+        rec.setdefault("distinct_experts", len(experts))
+        rec.setdefault(
+            "expert_tokens",
+            sum(e["tokens"] for e in experts if isinstance(e, dict) and type(e.get("tokens")) is int),
+        )
+    else:
+        rec.setdefault("distinct_experts", 0)
+        rec.setdefault("expert_tokens", 0)
     hops = rec.get("hops")
     if type(hops) is list:
         rec["hops"] = [dict(h) if isinstance(h, dict) else h for h in hops]

@@ -5,50 +5,107 @@ from django.db import migrations, models
 
 
 class Migration(migrations.Migration):
-
     initial = True
 
     dependencies = [
-        ('accounts', '0001_initial'),
-        ('contracts', '0001_initial'),
+        ("accounts", "0001_initial"),
+        ("contracts", "0001_initial"),
     ]
 
     operations = [
         migrations.CreateModel(
-            name='Invoice',
+            name="Invoice",
             fields=[
-                ('id', models.BigAutoField(auto_created=True, primary_key=True, serialize=False, verbose_name='ID')),
-                ('period_start', models.DateTimeField()),
-                ('period_end', models.DateTimeField(help_text='Exclusive.')),
-                ('currency', models.CharField(max_length=3)),
-                ('status', models.CharField(choices=[('draft', 'Draft'), ('finalized', 'Finalized')], default='draft', max_length=16)),
-                ('record_count', models.BigIntegerField(help_text='Usage records (all outcomes) the period holds.')),
-                ('total', models.DecimalField(decimal_places=2, max_digits=20)),
-                ('created_at', models.DateTimeField(auto_now_add=True)),
-                ('contract', models.ForeignKey(on_delete=django.db.models.deletion.PROTECT, related_name='invoices', to='contracts.contract')),
-                ('tenant', models.ForeignKey(on_delete=django.db.models.deletion.PROTECT, related_name='invoices', to='accounts.tenant')),
+                (
+                    "id",
+                    models.BigAutoField(
+                        auto_created=True, primary_key=True, serialize=False, verbose_name="ID"
+                    ),
+                ),
+                ("period_start", models.DateTimeField()),
+                ("period_end", models.DateTimeField(help_text="Exclusive.")),
+                ("currency", models.CharField(max_length=3)),
+                (
+                    "status",
+                    models.CharField(
+                        choices=[("draft", "Draft"), ("finalized", "Finalized")],
+                        default="draft",
+                        max_length=16,
+                    ),
+                ),
+                (
+                    "record_count",
+                    models.BigIntegerField(help_text="Usage records (all outcomes) the period holds."),
+                ),
+                ("total", models.DecimalField(decimal_places=2, max_digits=20)),
+                ("created_at", models.DateTimeField(auto_now_add=True)),
+                (
+                    "contract",
+                    models.ForeignKey(
+                        on_delete=django.db.models.deletion.PROTECT,
+                        related_name="invoices",
+                        to="contracts.contract",
+                    ),
+                ),
+                (
+                    "tenant",
+                    models.ForeignKey(
+                        on_delete=django.db.models.deletion.PROTECT,
+                        related_name="invoices",
+                        to="accounts.tenant",
+                    ),
+                ),
             ],
             options={
-                'ordering': ['-period_start', 'contract'],
+                "ordering": ["-period_start", "contract"],
             },
         ),
         migrations.CreateModel(
-            name='InvoiceLine',
+            name="InvoiceLine",
             fields=[
-                ('id', models.BigAutoField(auto_created=True, primary_key=True, serialize=False, verbose_name='ID')),
-                ('dimension', models.CharField(choices=[('requests', 'Requests'), ('tokens_in', 'Input tokens'), ('tokens_out', 'Output tokens'), ('cached_tokens', 'Prefix-cache hit tokens'), ('expert_tokens', 'Expert-token activations'), ('routing_hops', 'Routing hops'), ('l2_misses', 'Expert-cache misses (L2)'), ('l3_seconds', 'GPU time (L3 seconds)')], max_length=32)),
-                ('description', models.CharField(max_length=200)),
-                ('quantity', models.DecimalField(decimal_places=6, max_digits=24)),
-                ('unit_price', models.DecimalField(decimal_places=8, max_digits=20)),
-                ('amount', models.DecimalField(decimal_places=2, max_digits=20)),
-                ('invoice', models.ForeignKey(on_delete=django.db.models.deletion.CASCADE, related_name='lines', to='billing.invoice')),
+                (
+                    "id",
+                    models.BigAutoField(
+                        auto_created=True, primary_key=True, serialize=False, verbose_name="ID"
+                    ),
+                ),
+                (
+                    "dimension",
+                    models.CharField(
+                        choices=[
+                            ("requests", "Requests"),
+                            ("tokens_in", "Input tokens"),
+                            ("tokens_out", "Output tokens"),
+                            ("cached_tokens", "Prefix-cache hit tokens"),
+                            ("expert_tokens", "Expert-token activations"),
+                            ("routing_hops", "Routing hops"),
+                            ("l2_misses", "Expert-cache misses (L2)"),
+                            ("l3_seconds", "GPU time (L3 seconds)"),
+                        ],
+                        max_length=32,
+                    ),
+                ),
+                ("description", models.CharField(max_length=200)),
+                ("quantity", models.DecimalField(decimal_places=6, max_digits=24)),
+                ("unit_price", models.DecimalField(decimal_places=8, max_digits=20)),
+                ("amount", models.DecimalField(decimal_places=2, max_digits=20)),
+                (
+                    "invoice",
+                    models.ForeignKey(
+                        on_delete=django.db.models.deletion.CASCADE,
+                        related_name="lines",
+                        to="billing.invoice",
+                    ),
+                ),
             ],
             options={
-                'ordering': ['invoice', 'id'],
+                "ordering": ["invoice", "id"],
             },
         ),
         migrations.AddConstraint(
-            model_name='invoice',
-            constraint=models.UniqueConstraint(fields=('contract', 'period_start', 'period_end'), name='one_invoice_per_contract_period'),
+            model_name="invoice",
+            constraint=models.UniqueConstraint(
+                fields=("contract", "period_start", "period_end"), name="one_invoice_per_contract_period"
+            ),
         ),
     ]

@@ -11,7 +11,9 @@ from .services import AgentRegistrationError, register_agent
 
 class AgentRegistrationSerializer(serializers.Serializer):
     agent_id = serializers.RegexField(r"^[a-z0-9][a-z0-9._-]{0,63}$")
-    public_key = serializers.CharField(max_length=64, help_text="Base64 of the raw 32-byte Ed25519 public key.")
+    public_key = serializers.CharField(
+        max_length=64, help_text="Base64 of the raw 32-byte Ed25519 public key."
+    )
     tenants = serializers.ListField(child=serializers.CharField(max_length=64), default=list)
     contracts = serializers.ListField(child=serializers.CharField(max_length=64), default=list)
     host_class = serializers.CharField(max_length=64, default="", allow_blank=True)
@@ -42,6 +44,7 @@ class AgentRegistrationView(APIView):
             )
         except AgentRegistrationError as error:
             return Response(
-                {"code": error.code, "message": error.message, "details": {}}, status=status.HTTP_400_BAD_REQUEST
+                {"code": error.code, "message": error.message, "details": {}},
+                status=status.HTTP_400_BAD_REQUEST,
             )
         return Response({"agent_id": data["agent_id"], "key_id": key.key_id}, status=status.HTTP_201_CREATED)

@@ -53,7 +53,9 @@ def register_agent(
     contracts = list(Contract.objects.filter(code__in=list(contract_codes)).select_related("tenant"))
     missing = set(contract_codes) - {c.code for c in contracts}
     if missing:
-        raise AgentRegistrationError("unknown_contract", f"Unknown contract(s): {', '.join(sorted(missing))}.")
+        raise AgentRegistrationError(
+            "unknown_contract", f"Unknown contract(s): {', '.join(sorted(missing))}."
+        )
     missing = set(tenant_codes) - {t.code for t in tenants}
     if missing:
         raise AgentRegistrationError("unknown_tenant", f"Unknown tenant(s): {', '.join(sorted(missing))}.")

@@ -16,4 +16,8 @@ def runtime_info() -> dict[str, str]:
     """Health probe for workers: which Python and which `platform` module the worker really runs."""
     import platform
 
-    return {"platform_system": platform.system(), "platform_module": platform.__file__ or "", "python": platform.python_version()}
+    return {
+        "platform_system": platform.system(),
+        "platform_module": platform.__file__ or "",
+        "python": platform.python_version(),
+    }

@@ -87,7 +87,9 @@ def database(name: str = "DATABASE_URL") -> DatabaseConfig:
         raise EnvError(name, raw, "postgres://user:password@host:port/dbname, or 'embedded'")
     dbname = parts.path.lstrip("/")
     if not dbname:
-        raise EnvError(name, raw, "a database name in the path, e.g. postgres://postgres@127.0.0.1:5432/treemeter")
+        raise EnvError(
+            name, raw, "a database name in the path, e.g. postgres://postgres@127.0.0.1:5432/treemeter"
+        )
     try:
         port = parts.port
     except ValueError:

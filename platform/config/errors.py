@@ -10,7 +10,9 @@ from rest_framework.response import Response
 from rest_framework.views import exception_handler
 
 
-def error_response(http_status: int, code: str, message: str, details: dict[str, Any] | None = None) -> JsonResponse:
+def error_response(
+    http_status: int, code: str, message: str, details: dict[str, Any] | None = None
+) -> JsonResponse:
     return JsonResponse({"code": code, "message": message, "details": details or {}}, status=http_status)
 
 
@@ -19,11 +21,18 @@ def api_exception_handler(exc: Exception, context: dict[str, Any]) -> Response |
     if response is None:
         return None
     if isinstance(exc, exceptions.ValidationError):
-        body = {"code": "invalid_request", "message": "The request has invalid fields.", "details": response.data}
+        body = {
+            "code": "invalid_request",
+            "message": "The request has invalid fields.",
+            "details": response.data,
+        }
         return Response(body, status=status.HTTP_400_BAD_REQUEST)
     if isinstance(exc, exceptions.APIException):
         detail = exc.detail if isinstance(exc.detail, str) else str(exc.detail)
-        body = {"code": exc.get_codes() if isinstance(exc.get_codes(), str) else exc.default_code,
-                "message": detail, "details": {}}
+        body = {
+            "code": exc.get_codes() if isinstance(exc.get_codes(), str) else exc.default_code,
+            "message": detail,
+            "details": {},
+        }
         response.data = body
     return response

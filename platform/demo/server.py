@@ -10,7 +10,7 @@ from django.core.servers.basehttp import ThreadedWSGIServer, WSGIRequestHandler,
 
 
 class _QuietHandler(WSGIRequestHandler):
-    def log_message(self, format: str, *args: Any) -> None:  # noqa: A002 - stdlib signature
+    def log_message(self, format: str, *args: Any) -> None:
         return
 
 
@@ -19,5 +19,4 @@ def start_api_server(host: str, port: int) -> tuple[ThreadedWSGIServer, str]:
     server = ThreadedWSGIServer((host, port), _QuietHandler, allow_reuse_address=True)
     server.set_app(get_internal_wsgi_application())
     threading.Thread(target=server.serve_forever, name="api-server", daemon=True).start()
-    bound_host, bound_port = server.server_address[:2]
-    return server, f"http://{bound_host}:{bound_port}"
+    return server, f"http://{host}:{server.server_address[1]}"

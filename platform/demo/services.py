@@ -51,7 +51,9 @@ def seed_demo(data_dir: Path) -> DemoSetup:
         },
     )
     for dimension, price in DEMO_PRICES.items():
-        ContractPrice.objects.get_or_create(contract=contract, dimension=dimension, defaults={"unit_price": price})
+        ContractPrice.objects.get_or_create(
+            contract=contract, dimension=dimension, defaults={"unit_price": price}
+        )
     seed = _read_or_create_seed(data_dir / "demo-agent-key")
     agent_id = "agent-demo-1"
     register_agent(
@@ -72,7 +74,9 @@ def ensure_admin(data_dir: Path) -> tuple[str, str]:
         password_file.chmod(0o600)
     password = password_file.read_text().strip()
     user_model = get_user_model()
-    user, created = user_model.objects.get_or_create(username="admin", defaults={"is_staff": True, "is_superuser": True})
+    user, created = user_model.objects.get_or_create(
+        username="admin", defaults={"is_staff": True, "is_superuser": True}
+    )
     if created:
         user.set_password(password)
         user.save()

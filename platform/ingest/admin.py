@@ -5,7 +5,16 @@ from .models import IngestBatch, RejectedRecord, SequenceGap, SequenceRange
 
 @admin.register(IngestBatch)
 class IngestBatchAdmin(admin.ModelAdmin):
-    list_display = ["agent", "first_seq", "last_seq", "accepted", "duplicate", "rejected", "status_code", "received_at"]
+    list_display = [
+        "agent",
+        "first_seq",
+        "last_seq",
+        "accepted",
+        "duplicate",
+        "rejected",
+        "status_code",
+        "received_at",
+    ]
     list_filter = ["status_code"]
     readonly_fields = [f.name for f in IngestBatch._meta.fields]
 

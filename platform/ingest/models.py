@@ -41,8 +41,13 @@ class SequenceRange(models.Model):
         ordering = ["agent", "first_seq"]
         constraints = [
             models.UniqueConstraint(fields=["agent", "first_seq"], name="one_range_start_per_agent"),
-            models.CheckConstraint(condition=models.Q(last_seq__gte=models.F("first_seq")), name="range_ordered"),
+            models.CheckConstraint(
+                condition=models.Q(last_seq__gte=models.F("first_seq")), name="range_ordered"
+            ),
         ]
+
+    def __str__(self) -> str:
+        return f"{self.agent_id}:{self.first_seq}-{self.last_seq}"
 
 
 class SequenceGap(models.Model):
@@ -56,6 +61,9 @@ class SequenceGap(models.Model):
 
     class Meta:
         ordering = ["agent", "first_missing"]
+
+    def __str__(self) -> str:
+        return f"{self.agent_id}: missing {self.first_missing}-{self.last_missing}"
 
 
 class RejectedRecord(models.Model):
@@ -71,3 +79,6 @@ class RejectedRecord(models.Model):
 
     class Meta:
         ordering = ["agent", "seq"]
+
+    def __str__(self) -> str:
+        return f"{self.agent_id}:{self.seq} {self.code}"

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
+from itertools import pairwise
 
 Range = tuple[int, int]  # inclusive
 
@@ -45,4 +46,4 @@ def covered(ranges: Sequence[Range], seqs: Sequence[int]) -> set[int]:
 
 def holes(ranges: Sequence[Range]) -> list[Range]:
     """The missing runs between consecutive sorted, disjoint ranges."""
-    return [(a[1] + 1, b[0] - 1) for a, b in zip(ranges, ranges[1:], strict=False) if b[0] > a[1] + 1]
+    return [(a[1] + 1, b[0] - 1) for a, b in pairwise(ranges) if b[0] > a[1] + 1]

@@ -77,7 +77,9 @@ def ingest_batch(body: bytes, *, now: datetime | None = None) -> IngestAnswer:
     if key is None or key.agent.agent_id != header["agent_id"]:
         raise IngestRefused(401, "unknown_agent", "No registered agent holds this key id.")
     if key.revoked_at is not None:
-        raise IngestRefused(403, "key_revoked", f"Key {key.key_id} was revoked at {key.revoked_at.isoformat()}.")
+        raise IngestRefused(
+            403, "key_revoked", f"Key {key.key_id} was revoked at {key.revoked_at.isoformat()}."
+        )
     if not key.agent.active:
         raise IngestRefused(403, "agent_disabled", f"Agent {key.agent.agent_id} is disabled.")
     try:
@@ -131,7 +133,13 @@ def _sort_records(agent: Agent, batch: ParsedBatch, ranges: list[sequences.Range
     result = _Sorted()
     for problem in checked.problems:
         result.rejections.append(
-            _rejection(problem["seq"], problem["record_id"] or "", problem["code"], problem["field"], problem["message"])
+            _rejection(
+                problem["seq"],
+                problem["record_id"] or "",
+                problem["code"],
+                problem["field"],
+                problem["message"],
+            )
         )
     scope = agent_scope(agent.pk)
     candidates: list[tuple[int, str, bytes]] = []  # (seq, record_id, line) that passed every check
@@ -145,9 +153,9 @@ def _sort_records(agent: Agent, batch: ParsedBatch, ranges: list[sequences.Range
     seen_ids: set[str] = set()
     for (seq, record), index in zip(checked.valid, checked.valid_index, strict=True):
         record_id = record["record_id"]
-        problem = _policy_problem(record, contracts, scope.allows, seen_ids)
-        if problem:
-            result.rejections.append(_rejection(seq, record_id, problem[0], problem[1], problem[2]))
+        refusal = _policy_problem(record, contracts, scope.allows, seen_ids)
+        if refusal:
+            result.rejections.append(_rejection(seq, record_id, *refusal))
             continue
         seen_ids.add(record_id)
         candidates.append((seq, record_id, batch.lines[index]))
@@ -161,7 +169,13 @@ def _sort_records(agent: Agent, batch: ParsedBatch, ranges: list[sequences.Range
             result.duplicate += 1
         else:
             result.rejections.append(
-                _rejection(seq, record_id, "seq_conflict", "seq", f"seq {seq} is already stored with another record id.")
+                _rejection(
+                    seq,
+                    record_id,
+                    "seq_conflict",
+                    "seq",
+                    f"seq {seq} is already stored with another record id.",
+                )
             )
     return result
 
@@ -210,7 +224,9 @@ def _advance_ranges(agent: Agent, before: list[sequences.Range], stored: list[in
     SequenceRange.objects.filter(agent=agent).delete()
     SequenceRange.objects.bulk_create(SequenceRange(agent=agent, first_seq=a, last_seq=b) for a, b in after)
     missing = set(sequences.holes(after))
-    open_gaps = {(g.first_missing, g.last_missing): g for g in SequenceGap.objects.filter(agent=agent, closed_at=None)}
+    open_gaps = {
+        (g.first_missing, g.last_missing): g for g in SequenceGap.objects.filter(agent=agent, closed_at=None)
+    }
     closed = [gap.pk for span, gap in open_gaps.items() if span not in missing]
     SequenceGap.objects.filter(pk__in=closed).update(closed_at=timezone.now())
     SequenceGap.objects.bulk_create(

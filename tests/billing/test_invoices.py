@@ -33,7 +33,9 @@ def priced_contract() -> Any:
 
 
 def send(client: Client, agent: SigningAgent, records: list[dict[str, Any]]) -> None:
-    response = client.post("/v1/ingest/batches", data=agent.batch(records).body(), content_type="application/x-ndjson")
+    response = client.post(
+        "/v1/ingest/batches", data=agent.batch(records).body(), content_type="application/x-ndjson"
+    )
     assert response.status_code == 200, response.content
 
 
@@ -110,7 +112,9 @@ def test_concurrent_replays_change_neither_stored_counts_nor_invoice_amounts(liv
 
     contract = priced_contract()
     agent = signing_agent(contract)
-    batches = [agent.batch([agent.record(contract, start_ns=in_month(3)) for _ in range(50)]) for _ in range(4)]
+    batches = [
+        agent.batch([agent.record(contract, start_ns=in_month(3)) for _ in range(50)]) for _ in range(4)
+    ]
     client = IngestClient(live_server.url)
     for batch in batches:
         client.send(batch)
@@ -126,7 +130,9 @@ def test_concurrent_replays_change_neither_stored_counts_nor_invoice_amounts(liv
     for thread in threads:
         thread.join()
 
-    assert len(answers) == 12 and all((a.accepted, a.duplicate) == (50, 0) for a in answers)  # the first answer
+    assert len(answers) == 12 and all(
+        (a.accepted, a.duplicate) == (50, 0) for a in answers
+    )  # the first answer
     assert query.select(f"SELECT count(), sum(tokens_in) FROM {query.RECORDS}")[0] == counted == (200, 20_000)
     assert query.select("SELECT count() FROM usage_records")[0][0] == 200  # no second copy even before merges
     invoice = generate_invoice(contract.pk, *NOV)

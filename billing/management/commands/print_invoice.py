@@ -1,5 +1,5 @@
 from argparse import ArgumentParser
-from typing import Any
+from typing import Any, TextIO, cast
 
 from django.core.management.base import BaseCommand, CommandError
 from rich.console import Console
@@ -27,9 +27,11 @@ class Command(BaseCommand):
                 start, end = month_bounds(options["month"])
             except ValueError as error:
                 raise CommandError(str(error)) from None
-            found = Invoice.objects.filter(
-                contract__code=options["contract"], period_start=start, period_end=end
-            ).values_list("pk", flat=True).first()
+            found = (
+                Invoice.objects.filter(contract__code=options["contract"], period_start=start, period_end=end)
+                .values_list("pk", flat=True)
+                .first()
+            )
             if found is None:
                 raise CommandError(f"No invoice for contract {options['contract']} in {options['month']}.")
             invoice_id = found
@@ -37,4 +39,4 @@ class Command(BaseCommand):
             invoice = invoice_with_lines(invoice_id)
         except Invoice.DoesNotExist:
             raise CommandError(f"No invoice {invoice_id}.") from None
-        Console(file=self.stdout, width=110).print(invoice_table(invoice))
+        Console(file=cast(TextIO, self.stdout), width=110).print(invoice_table(invoice))

@@ -5,88 +5,154 @@ from django.db import migrations, models
 
 
 class Migration(migrations.Migration):
-
     initial = True
 
     dependencies = [
-        ('agents', '0001_initial'),
+        ("agents", "0001_initial"),
     ]
 
     operations = [
         migrations.CreateModel(
-            name='IngestBatch',
+            name="IngestBatch",
             fields=[
-                ('id', models.BigAutoField(auto_created=True, primary_key=True, serialize=False, verbose_name='ID')),
-                ('header_digest', models.CharField(help_text='SHA-256 of the canonical signed header.', max_length=64)),
-                ('key_id', models.CharField(max_length=64)),
-                ('first_seq', models.BigIntegerField()),
-                ('last_seq', models.BigIntegerField()),
-                ('record_count', models.IntegerField()),
-                ('merkle_root', models.CharField(max_length=64)),
-                ('accepted', models.IntegerField()),
-                ('duplicate', models.IntegerField()),
-                ('rejected', models.IntegerField()),
-                ('status_code', models.PositiveSmallIntegerField()),
-                ('response', models.JSONField()),
-                ('received_at', models.DateTimeField(auto_now_add=True)),
-                ('agent', models.ForeignKey(on_delete=django.db.models.deletion.PROTECT, related_name='batches', to='agents.agent')),
+                (
+                    "id",
+                    models.BigAutoField(
+                        auto_created=True, primary_key=True, serialize=False, verbose_name="ID"
+                    ),
+                ),
+                (
+                    "header_digest",
+                    models.CharField(help_text="SHA-256 of the canonical signed header.", max_length=64),
+                ),
+                ("key_id", models.CharField(max_length=64)),
+                ("first_seq", models.BigIntegerField()),
+                ("last_seq", models.BigIntegerField()),
+                ("record_count", models.IntegerField()),
+                ("merkle_root", models.CharField(max_length=64)),
+                ("accepted", models.IntegerField()),
+                ("duplicate", models.IntegerField()),
+                ("rejected", models.IntegerField()),
+                ("status_code", models.PositiveSmallIntegerField()),
+                ("response", models.JSONField()),
+                ("received_at", models.DateTimeField(auto_now_add=True)),
+                (
+                    "agent",
+                    models.ForeignKey(
+                        on_delete=django.db.models.deletion.PROTECT, related_name="batches", to="agents.agent"
+                    ),
+                ),
             ],
             options={
-                'ordering': ['-received_at'],
+                "ordering": ["-received_at"],
             },
         ),
         migrations.CreateModel(
-            name='RejectedRecord',
+            name="RejectedRecord",
             fields=[
-                ('id', models.BigAutoField(auto_created=True, primary_key=True, serialize=False, verbose_name='ID')),
-                ('seq', models.BigIntegerField(null=True)),
-                ('record_id', models.CharField(blank=True, max_length=36)),
-                ('code', models.CharField(max_length=64)),
-                ('field', models.CharField(blank=True, max_length=64)),
-                ('message', models.TextField()),
-                ('agent', models.ForeignKey(on_delete=django.db.models.deletion.CASCADE, related_name='rejected_records', to='agents.agent')),
-                ('batch', models.ForeignKey(on_delete=django.db.models.deletion.CASCADE, related_name='rejected_records', to='ingest.ingestbatch')),
+                (
+                    "id",
+                    models.BigAutoField(
+                        auto_created=True, primary_key=True, serialize=False, verbose_name="ID"
+                    ),
+                ),
+                ("seq", models.BigIntegerField(null=True)),
+                ("record_id", models.CharField(blank=True, max_length=36)),
+                ("code", models.CharField(max_length=64)),
+                ("field", models.CharField(blank=True, max_length=64)),
+                ("message", models.TextField()),
+                (
+                    "agent",
+                    models.ForeignKey(
+                        on_delete=django.db.models.deletion.CASCADE,
+                        related_name="rejected_records",
+                        to="agents.agent",
+                    ),
+                ),
+                (
+                    "batch",
+                    models.ForeignKey(
+                        on_delete=django.db.models.deletion.CASCADE,
+                        related_name="rejected_records",
+                        to="ingest.ingestbatch",
+                    ),
+                ),
             ],
             options={
-                'ordering': ['agent', 'seq'],
+                "ordering": ["agent", "seq"],
             },
         ),
         migrations.CreateModel(
-            name='SequenceGap',
+            name="SequenceGap",
             fields=[
-                ('id', models.BigAutoField(auto_created=True, primary_key=True, serialize=False, verbose_name='ID')),
-                ('first_missing', models.BigIntegerField()),
-                ('last_missing', models.BigIntegerField()),
-                ('detected_at', models.DateTimeField(auto_now_add=True)),
-                ('closed_at', models.DateTimeField(blank=True, help_text='When the missing records arrived.', null=True)),
-                ('agent', models.ForeignKey(on_delete=django.db.models.deletion.CASCADE, related_name='sequence_gaps', to='agents.agent')),
+                (
+                    "id",
+                    models.BigAutoField(
+                        auto_created=True, primary_key=True, serialize=False, verbose_name="ID"
+                    ),
+                ),
+                ("first_missing", models.BigIntegerField()),
+                ("last_missing", models.BigIntegerField()),
+                ("detected_at", models.DateTimeField(auto_now_add=True)),
+                (
+                    "closed_at",
+                    models.DateTimeField(
+                        blank=True, help_text="When the missing records arrived.", null=True
+                    ),
+                ),
+                (
+                    "agent",
+                    models.ForeignKey(
+                        on_delete=django.db.models.deletion.CASCADE,
+                        related_name="sequence_gaps",
+                        to="agents.agent",
+                    ),
+                ),
             ],
             options={
-                'ordering': ['agent', 'first_missing'],
+                "ordering": ["agent", "first_missing"],
             },
         ),
         migrations.CreateModel(
-            name='SequenceRange',
+            name="SequenceRange",
             fields=[
-                ('id', models.BigAutoField(auto_created=True, primary_key=True, serialize=False, verbose_name='ID')),
-                ('first_seq', models.BigIntegerField()),
-                ('last_seq', models.BigIntegerField()),
-                ('agent', models.ForeignKey(on_delete=django.db.models.deletion.CASCADE, related_name='sequence_ranges', to='agents.agent')),
+                (
+                    "id",
+                    models.BigAutoField(
+                        auto_created=True, primary_key=True, serialize=False, verbose_name="ID"
+                    ),
+                ),
+                ("first_seq", models.BigIntegerField()),
+                ("last_seq", models.BigIntegerField()),
+                (
+                    "agent",
+                    models.ForeignKey(
+                        on_delete=django.db.models.deletion.CASCADE,
+                        related_name="sequence_ranges",
+                        to="agents.agent",
+                    ),
+                ),
             ],
             options={
-                'ordering': ['agent', 'first_seq'],
+                "ordering": ["agent", "first_seq"],
             },
         ),
         migrations.AddConstraint(
-            model_name='ingestbatch',
-            constraint=models.UniqueConstraint(fields=('agent', 'header_digest'), name='one_answer_per_batch'),
+            model_name="ingestbatch",
+            constraint=models.UniqueConstraint(
+                fields=("agent", "header_digest"), name="one_answer_per_batch"
+            ),
         ),
         migrations.AddConstraint(
-            model_name='sequencerange',
-            constraint=models.UniqueConstraint(fields=('agent', 'first_seq'), name='one_range_start_per_agent'),
+            model_name="sequencerange",
+            constraint=models.UniqueConstraint(
+                fields=("agent", "first_seq"), name="one_range_start_per_agent"
+            ),
         ),
         migrations.AddConstraint(
-            model_name='sequencerange',
-            constraint=models.CheckConstraint(condition=models.Q(('last_seq__gte', models.F('first_seq'))), name='range_ordered'),
+            model_name="sequencerange",
+            constraint=models.CheckConstraint(
+                condition=models.Q(("last_seq__gte", models.F("first_seq"))), name="range_ordered"
+            ),
         ),
     ]

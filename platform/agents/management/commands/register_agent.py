@@ -11,7 +11,9 @@ class Command(BaseCommand):
 
     def add_arguments(self, parser: ArgumentParser) -> None:
         parser.add_argument("agent_id")
-        parser.add_argument("--public-key", required=True, help="Base64 of the raw 32-byte Ed25519 public key.")
+        parser.add_argument(
+            "--public-key", required=True, help="Base64 of the raw 32-byte Ed25519 public key."
+        )
         parser.add_argument("--tenant", action="append", default=[], dest="tenants")
         parser.add_argument("--contract", action="append", default=[], dest="contracts")
         parser.add_argument("--host-class", default="")

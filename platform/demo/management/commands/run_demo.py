@@ -5,7 +5,7 @@ from __future__ import annotations
 import time
 from argparse import ArgumentParser
 from decimal import Decimal
-from typing import Any
+from typing import Any, TextIO, cast
 
 from django.conf import settings
 from django.core.management import call_command
@@ -41,7 +41,7 @@ class Command(BaseCommand):
         parser.add_argument("--no-serve", action="store_true", help="Exit after printing the invoice.")
 
     def handle(self, *args: Any, **options: Any) -> None:
-        console = Console(file=self.stdout, width=110)
+        console = Console(file=cast(TextIO, self.stdout), width=110)
         month = options["month"] or previous_month(timezone.now())
         try:
             start, end = month_bounds(month)
@@ -59,7 +59,9 @@ class Command(BaseCommand):
         try:
             server, url = start_api_server(options["host"], options["port"])
         except OSError as error:
-            raise CommandError(f"Cannot listen on {options['host']}:{options['port']}: {error}. Try --port 0.") from None
+            raise CommandError(
+                f"Cannot listen on {options['host']}:{options['port']}: {error}. Try --port 0."
+            ) from None
         console.print(f"API listening at {url}")
 
         invoiced = Invoice.objects.filter(contract=setup.contract, period_start=start, period_end=end).first()
@@ -73,13 +75,16 @@ class Command(BaseCommand):
         invoice = invoice_with_lines(invoice_id)
         console.print(invoice_table(invoice))
         mismatched = [
-            line for line in invoice.lines.all()
+            line
+            for line in invoice.lines.all()
             if line.amount != round_money(line.quantity * line.unit_price, invoice.currency)
         ]
         total_ok = invoice.total == sum((line.amount for line in invoice.lines.all()), Decimal(0))
         if mismatched or not total_ok:
             raise CommandError(f"Invoice check failed: lines {mismatched}, total ok {total_ok}.")
-        console.print("[green]Check: every line amount = quantity × unit price (rounded to 0.01), total = Σ lines.[/]")
+        console.print(
+            "[green]Check: every line amount = quantity × unit price (rounded to 0.01), total = Σ lines.[/]"
+        )
         console.print(f"Admin: {url}/admin/  user {admin_user}  password {admin_password}")
         console.print(f"Invoice JSON: {url}/v1/invoices/{invoice.pk}  ·  API docs: {url}/v1/docs")
         if options["no_serve"]:
@@ -115,7 +120,12 @@ class Command(BaseCommand):
         key = private_key_from_seed(setup.agent_seed)
         client = IngestClient(url)
         totals = {"accepted": 0, "duplicate": 0, "rejected": 0}
-        columns = [TextColumn("Sending signed batches"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn()]
+        columns = [
+            TextColumn("Sending signed batches"),
+            BarColumn(),
+            MofNCompleteColumn(),
+            TimeElapsedColumn(),
+        ]
         with Progress(*columns, console=console) as progress:
             task = progress.add_task("send", total=count)
             for offset in range(0, count, batch_size):
@@ -125,5 +135,6 @@ class Command(BaseCommand):
                     totals[name] += getattr(answer, name)
                 progress.advance(task, len(chunk))
         console.print(
-            f"Ingest: {totals['accepted']} accepted, {totals['duplicate']} duplicate, {totals['rejected']} rejected"
+            f"Ingest: {totals['accepted']} accepted, {totals['duplicate']} duplicate, "
+            f"{totals['rejected']} rejected"
         )

@@ -1,0 +1,147 @@
+"""Ingest throughput: the real ingest path against a bare clickhouse-connect columnar insert.
+
+Run with `make bench` (real PostgreSQL and a fresh chDB directory). For batches of 1k and 10k records
+it prints records/s through `ingest_batch` (parse, Ed25519 check, Merkle root, per-record validation,
+binding and sequence dedup, one ClickHouse insert, PostgreSQL bookkeeping) and records/s for a bare
+columnar insert of the same rows into the same engine and table schema, and their ratio.
+Signing and record generation happen before the clock starts.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+import time
+from pathlib import Path
+from urllib.parse import urlsplit, urlunsplit
+
+ROOT = Path(__file__).resolve().parents[1]
+# Replace this script's folder on the path: its name would shadow the `ingest` app.
+sys.path[0:1] = [str(ROOT), str(ROOT / "platform")]
+
+
+def _use_bench_database() -> None:
+    """Keep the bench's tables out of the developer's database."""
+    url = os.environ.get("DATABASE_URL", "")
+    if url.startswith("postgres"):
+        parts = urlsplit(url)
+        os.environ["DATABASE_URL"] = urlunsplit(parts._replace(path="/treemeter_bench"))
+        import psycopg
+
+        admin = urlunsplit(parts._replace(path="/postgres"))
+        with psycopg.connect(admin.replace("postgres://", "postgresql://", 1), autocommit=True) as conn:
+            if not conn.execute("SELECT 1 FROM pg_database WHERE datname = 'treemeter_bench'").fetchone():
+                conn.execute("CREATE DATABASE treemeter_bench")
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    parser.add_argument("--records", type=int, default=20_000, help="records per batch size (default 20000)")
+    parser.add_argument("--sizes", default="1000,10000")
+    args = parser.parse_args()
+    sizes = [int(s) for s in args.sizes.split(",")]
+
+    _use_bench_database()
+    os.environ.setdefault("DJANGO_SETTINGS_MODULE", "config.settings")
+    import django
+
+    django.setup()
+    from django.core.management import call_command
+
+    call_command("migrate", verbosity=0)
+    run(args.records, sizes)
+
+
+def run(total: int, sizes: list[int]) -> None:
+    from datetime import UTC, datetime
+
+    import orjson
+    from demo.services import seed_demo
+    from django.conf import settings
+    from rich.console import Console
+    from rich.table import Table
+
+    from accounts.models import Tenant
+    from agents.models import Agent
+    from billing.models import Invoice
+    from catalog.models import ComputePackage
+    from clickhouse_store import query
+    from clickhouse_store.migrator import apply_migrations
+    from clickhouse_store.schema import RECORD_FIELDS
+    from compute_agents.synthetic import Workload, synthetic_records
+    from contracts.models import Contract
+    from ingest.services import ingest_batch
+    from treemeter_records import build_batch, private_key_from_seed
+
+    console = Console()
+    settings.INGEST_MAX_BATCH_RECORDS = max(sizes)
+    apply_migrations()
+    Invoice.objects.all().delete()
+    Agent.objects.all().delete()
+    Contract.objects.all().delete()
+    ComputePackage.objects.all().delete()
+    Tenant.objects.all().delete()
+    setup = seed_demo(settings.DATA_DIR)
+    key = private_key_from_seed(setup.agent_seed)
+    workload = Workload(setup.agent_id, setup.tenant.code, setup.contract.code, setup.package.code)
+    start = int(datetime(2026, 11, 1, tzinfo=UTC).timestamp()) * 10**9
+    query.command("CREATE TABLE IF NOT EXISTS bench_bare AS usage_records")
+
+    table = Table(title=f"Ingest throughput, {total:,} records per batch size")
+    for column in ("batch size", "ingest path rec/s", "bare insert rec/s", "ratio"):
+        table.add_column(column, justify="right")
+    first_seq = 0
+    for size in sizes:
+        records = list(
+            synthetic_records(
+                workload,
+                first_seq=first_seq,
+                count=total,
+                start_ns=start,
+                end_ns=start + 86_400 * 10**9,
+                seed=size,
+            )
+        )
+        first_seq += total
+        bodies = [
+            build_batch(records[i : i + size], setup.agent_id, key).body() for i in range(0, total, size)
+        ]
+        query.command("TRUNCATE TABLE usage_records")
+
+        began = time.perf_counter()
+        for body in bodies:
+            answer = ingest_batch(body)
+            assert answer.status == 200 and answer.body["accepted"] == len(body.splitlines()) - 1, answer.body
+        ingest_rate = total / (time.perf_counter() - began)
+
+        columns = [
+            [
+                orjson.dumps(r["outcome"]).decode()
+                if name == "outcome" and r["outcome"]
+                else ("" if name == "outcome" else r[name])
+                for r in records
+            ]
+            for name in RECORD_FIELDS
+        ]
+        query.command("TRUNCATE TABLE bench_bare")
+        began = time.perf_counter()
+        for i in range(0, total, size):
+            query.insert_rows(
+                "bench_bare", RECORD_FIELDS, [c[i : i + size] for c in columns], column_oriented=True
+            )
+        bare_rate = total / (time.perf_counter() - began)
+
+        stored = query.select(f"SELECT count() FROM {query.RECORDS}")[0][0]
+        assert stored == total, stored
+        table.add_row(
+            f"{size:,}", f"{ingest_rate:,.0f}", f"{bare_rate:,.0f}", f"{ingest_rate / bare_rate:.2f}"
+        )
+        console.print(f"batch size {size:,}: ingest {ingest_rate:,.0f} rec/s, bare {bare_rate:,.0f} rec/s")
+    console.print(table)
+
+
+if __name__ == "__main__":
+    main()
