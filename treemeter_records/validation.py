@@ -122,6 +122,7 @@ def _check_keys(obj: Mapping[str, Any], fields: tuple[str, ...], prefix: str) ->
 
 
 def _check_hops(hops: Any) -> None:
+    # Field paths are only formatted on failure: this loop runs for every hop of every record.
     if type(hops) is not list:
         _fail(WRONG_TYPE, "hops", "hops must be a list")
     if not hops:
@@ -132,12 +133,16 @@ def _check_hops(hops: Any) -> None:
         if hop.keys() != _HOP_SET:
             _check_keys(hop, _HOP_FIELDS, f"hops[{i}].")
         layer = hop["layer"]
-        if type(layer) is not str:
-            _fail(WRONG_TYPE, f"hops[{i}].layer", "hop layer must be a string")
-        if layer not in HOP_LAYERS:
+        if layer not in HOP_LAYERS or type(layer) is not str:
+            if type(layer) is not str:
+                _fail(WRONG_TYPE, f"hops[{i}].layer", "hop layer must be a string")
             _fail(INVALID_VALUE, f"hops[{i}].layer", 'hop layer must be "L1", "L2" or "L3"')
-        _text(hop["node"], f"hops[{i}].node", 1, MAX_NODE)
-        _uint(hop["latency_us"], f"hops[{i}].latency_us", U32)
+        node = hop["node"]
+        if type(node) is not str or not 0 < len(node) <= MAX_NODE:
+            _text(node, f"hops[{i}].node", 1, MAX_NODE)
+        latency = hop["latency_us"]
+        if type(latency) is not int or not 0 <= latency < U32:
+            _uint(latency, f"hops[{i}].latency_us", U32)
 
 
 def _check_experts(experts: Any) -> int:
@@ -151,9 +156,16 @@ def _check_experts(experts: Any) -> int:
             _fail(WRONG_TYPE, f"experts[{i}]", "each expert entry must be an object")
         if entry.keys() != _EXPERT_SET:
             _check_keys(entry, _EXPERT_FIELDS, f"experts[{i}].")
-        layer = _uint(entry["layer"], f"experts[{i}].layer", 65536)
-        expert = _uint(entry["expert"], f"experts[{i}].expert", 65536)
-        total += _uint(entry["tokens"], f"experts[{i}].tokens", U32, 1)
+        layer = entry["layer"]
+        expert = entry["expert"]
+        tokens = entry["tokens"]
+        if type(layer) is not int or not 0 <= layer < 65536:
+            _uint(layer, f"experts[{i}].layer", 65536)
+        if type(expert) is not int or not 0 <= expert < 65536:
+            _uint(expert, f"experts[{i}].expert", 65536)
+        if type(tokens) is not int or not 0 < tokens < U32:
+            _uint(tokens, f"experts[{i}].tokens", U32, 1)
+        total += tokens
         key = (layer << 16) | expert
         if key <= prev:
             _fail(INVALID_VALUE, f"experts[{i}]", "experts must be sorted by (layer, expert), each pair once")

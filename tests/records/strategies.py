@@ -9,7 +9,7 @@ from hypothesis import strategies as st
 
 # Every code point except surrogates (which are not valid in UTF-8): includes control
 # characters, DEL, U+2028/2029, private use and astral characters.
-CHARS = st.characters(exclude_categories=("Cs",))
+CHARS = st.characters(exclude_categories=["Cs"])
 TEXT = st.text(CHARS, max_size=24)
 SLUGS = st.from_regex(r"[a-z0-9][a-z0-9._-]{0,63}", fullmatch=True)
 I64 = st.integers(-(2**63), 2**63 - 1)

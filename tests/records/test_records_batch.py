@@ -79,7 +79,9 @@ def test_wrong_key_fails(body: bytes) -> None:
     assert (info.value.code, info.value.http_status) == ("bad_signature", 401)
 
 
-def test_wrong_key_even_with_matching_key_id(three_records: list[dict[str, Any]], make_body: BodyMaker) -> None:
+def test_wrong_key_even_with_matching_key_id(
+    three_records: list[dict[str, Any]], make_body: BodyMaker
+) -> None:
     other, _ = generate_keypair()
     lines = [canonical_bytes(r) for r in three_records]
     forged = make_body(lines, {"first_seq": 42, "last_seq": 45, "key_id": key_id_for(FIXED_SEED_KEY)}, other)
@@ -199,7 +201,9 @@ def test_batch_too_large(body: bytes) -> None:
         ([5, 5, 7], {"first_seq": 5, "last_seq": 7}),  # repeated seq
     ],
 )
-def test_header_mismatch(make_body: BodyMaker, fixed_key: Ed25519PrivateKey, seqs: list[int], header: Any) -> None:
+def test_header_mismatch(
+    make_body: BodyMaker, fixed_key: Ed25519PrivateKey, seqs: list[int], header: Any
+) -> None:
     lines = [canonical_bytes(r) for r in _records_with_seqs(seqs)]
     with pytest.raises(BatchError) as info:
         ingest(make_body(lines, header), fixed_key.public_key())
@@ -219,7 +223,10 @@ def test_per_record_problems(make_body: BodyMaker) -> None:
     recs = _records_with_seqs([10, 11, 12, 14])
     recs[1]["tokens_in"] = -1
     recs[2]["outcome"] = {"value": 1.5}
-    lines = [canonical_bytes(r) if i != 2 else orjson.dumps(r, option=orjson.OPT_SORT_KEYS) for i, r in enumerate(recs)]
+    lines = [
+        canonical_bytes(r) if i != 2 else orjson.dumps(r, option=orjson.OPT_SORT_KEYS)
+        for i, r in enumerate(recs)
+    ]
     lines.insert(3, b'{"seq":13}')
     body = make_body(lines, {"first_seq": 10, "last_seq": 14})
     parsed = parse_batch(body, 10)
@@ -258,7 +265,9 @@ def test_per_record_problems(make_body: BodyMaker) -> None:
 def test_unreadable_record_is_a_problem_not_a_batch_error(make_body: BodyMaker) -> None:
     recs = _records_with_seqs([1, 3])
     lines = [canonical_bytes(recs[0]), b"garbage", canonical_bytes(recs[1])]
-    result = validate_batch_records(parse_batch(make_body(lines, {"first_seq": 1, "last_seq": 3}), 10), NOW_NS, 0)
+    result = validate_batch_records(
+        parse_batch(make_body(lines, {"first_seq": 1, "last_seq": 3}), 10), NOW_NS, 0
+    )
     assert [p["code"] for p in result.problems] == ["malformed_record"]
     assert result.problems[0]["seq"] is None
     assert [seq for seq, _ in result.valid] == [1, 3]

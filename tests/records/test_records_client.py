@@ -30,7 +30,8 @@ def batch(three_records: list[dict[str, Any]], fixed_key: Ed25519PrivateKey) -> 
 
 def _ok(batch: SignedBatch) -> httpx.Response:
     return httpx.Response(
-        200, json={"batch": batch.header_digest, "accepted": 3, "duplicate": 0, "rejected": 0, "rejections": []}
+        200,
+        json={"batch": batch.header_digest, "accepted": 3, "duplicate": 0, "rejected": 0, "rejections": []},
     )
 
 
@@ -57,7 +58,12 @@ class Fake:
 def test_retries_503_then_succeeds(batch: SignedBatch) -> None:
     fake = Fake(httpx.Response(503, json={"code": "unavailable"}), _ok(batch))
     answer = fake.client().send(batch)
-    assert (answer.batch, answer.accepted, answer.duplicate, answer.rejected) == (batch.header_digest, 3, 0, 0)
+    assert (answer.batch, answer.accepted, answer.duplicate, answer.rejected) == (
+        batch.header_digest,
+        3,
+        0,
+        0,
+    )
     assert answer.status_code == 200 and answer.rejections == []
     assert len(fake.requests) == 2 and len(fake.sleeps) == 1
     request = fake.requests[-1]
@@ -69,10 +75,16 @@ def test_retries_503_then_succeeds(batch: SignedBatch) -> None:
 
 
 def test_does_not_retry_400(batch: SignedBatch) -> None:
-    fake = Fake(httpx.Response(400, json={"code": "merkle_mismatch", "message": "records do not hash"}), _ok(batch))
+    fake = Fake(
+        httpx.Response(400, json={"code": "merkle_mismatch", "message": "records do not hash"}), _ok(batch)
+    )
     with pytest.raises(IngestRejected) as info:
         fake.client().send(batch)
-    assert (info.value.status, info.value.code, info.value.message) == (400, "merkle_mismatch", "records do not hash")
+    assert (info.value.status, info.value.code, info.value.message) == (
+        400,
+        "merkle_mismatch",
+        "records do not hash",
+    )
     assert info.value.body == {"code": "merkle_mismatch", "message": "records do not hash"}
     assert len(fake.requests) == 1 and fake.sleeps == []
 

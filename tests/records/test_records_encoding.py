@@ -24,7 +24,9 @@ from .strategies import CHARS, JSON_VALUES, records
 
 
 def _definition(obj: Any) -> bytes:
-    return json.dumps(obj, sort_keys=True, separators=(",", ":"), ensure_ascii=False, allow_nan=False).encode()
+    return json.dumps(
+        obj, sort_keys=True, separators=(",", ":"), ensure_ascii=False, allow_nan=False
+    ).encode()
 
 
 def test_every_code_point_escapes_identically() -> None:
@@ -40,8 +42,11 @@ def test_every_code_point_escapes_identically() -> None:
 
 
 def test_control_characters_and_specials() -> None:
-    text = "\x00\x01\x08\t\n\x0b\x0c\r\x1f\x7f\u2028\u2029\"\\/é\U0001f600"
-    expected = b'"\\u0000\\u0001\\b\\t\\n\\u000b\\f\\r\\u001f\x7f\xe2\x80\xa8\xe2\x80\xa9\\"\\\\/\xc3\xa9\xf0\x9f\x98\x80"'
+    text = '\x00\x01\x08\t\n\x0b\x0c\r\x1f\x7f\u2028\u2029"\\/é\U0001f600'
+    expected = (
+        b'"\\u0000\\u0001\\b\\t\\n\\u000b\\f\\r\\u001f'
+        b'\x7f\xe2\x80\xa8\xe2\x80\xa9\\"\\\\/\xc3\xa9\xf0\x9f\x98\x80"'
+    )
     assert canonical_bytes(text) == expected
     assert canonical_bytes_fast(text) == expected
 

@@ -62,7 +62,10 @@ def test_leaf_and_node_hash_vectors() -> None:
     assert [leaf_hash(x).hex() for x in LEAF_INPUTS] == LEAF_HASHES
     assert leaf_hash(b"").hex() == "6e340b9cffb37a989ca544e6bb780a2c78901d3fb33738768511a30617afa01d"
     assert leaf_hash(b"L123456").hex() == "395aa064aa4c29f7010acfe3f25db9485bbd4b91897b6ad7ad547639252b4d56"
-    assert node_hash(b"N123", b"N456").hex() == "aa217fe888e47007fa15edab33c2b492a722cb106c64667fc2b044444de66bbb"
+    assert (
+        node_hash(b"N123", b"N456").hex()
+        == "aa217fe888e47007fa15edab33c2b492a722cb106c64667fc2b044444de66bbb"
+    )
 
 
 @pytest.mark.parametrize("size", range(9))

@@ -128,7 +128,12 @@ CASES: list[tuple[str, Mutation, str, str | None]] = [
     # inconsistent_totals
     ("distinct wrong", _set("distinct_experts", 2), "inconsistent_totals", "distinct_experts"),
     ("expert tokens wrong", _set("expert_tokens", 1279), "inconsistent_totals", "expert_tokens"),
-    ("prefix over tokens_in", _set("prefix_cache_hit_tokens", 513), "inconsistent_totals", "prefix_cache_hit_tokens"),
+    (
+        "prefix over tokens_in",
+        _set("prefix_cache_hit_tokens", 513),
+        "inconsistent_totals",
+        "prefix_cache_hit_tokens",
+    ),
 ]
 
 

@@ -96,7 +96,10 @@ def test_fixed_batch(three_records: list[dict[str, Any]], fixed_key: Ed25519Priv
     assert batch.signature == BATCH_SIGNATURE
     body = batch.body()
     assert hashlib.sha256(body).hexdigest() == BATCH_BODY_SHA256
-    assert body.split(b"\n")[0] == b'{"header":' + BATCH_HEADER_BYTES + b',"signature":"' + BATCH_SIGNATURE.encode() + b'"}'
+    assert (
+        body.split(b"\n")[0]
+        == b'{"header":' + BATCH_HEADER_BYTES + b',"signature":"' + BATCH_SIGNATURE.encode() + b'"}'
+    )
 
     # Root recomputed by hand from the RFC 6962 definition for n = 3: H(1 || H(1 || l0 || l1) || l2).
     l0, l1, l2 = (bytes.fromhex(h) for h in BATCH_LEAF_HASHES)
