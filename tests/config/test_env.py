@@ -13,8 +13,8 @@ from config import env
 def test_database_url_forms(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("DATABASE_URL", "postgres://u:p%40ss@db.internal:6543/billing")
     assert env.database() == env.DatabaseConfig(False, "billing", "u", "p@ss", "db.internal", "6543")
-    monkeypatch.setenv("DATABASE_URL", "postgres://postgres@/treemeter?host=/tmp/sock")
-    assert env.database() == env.DatabaseConfig(False, "treemeter", "postgres", "", "/tmp/sock", "")
+    monkeypatch.setenv("DATABASE_URL", "postgres://postgres@/treemeter?host=/run/pg")
+    assert env.database() == env.DatabaseConfig(False, "treemeter", "postgres", "", "/run/pg", "")
     monkeypatch.delenv("DATABASE_URL")
     assert env.database().embedded
 
