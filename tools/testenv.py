@@ -168,9 +168,15 @@ def _forget_dead_handles(pgdata: Path) -> None:
         pids = json.loads(handles.read_text())
     except (OSError, ValueError):
         return
-    alive = [pid for pid in pids if isinstance(pid, int) and psutil.pid_exists(pid)]
-    if alive != pids:
-        handles.write_text(json.dumps(alive))
+    def alive(pid: object) -> bool:
+        try:
+            return isinstance(pid, int) and psutil.Process(pid).status() != psutil.STATUS_ZOMBIE
+        except psutil.NoSuchProcess:
+            return False
+
+    live = [pid for pid in pids if alive(pid)]
+    if live != pids:
+        handles.write_text(json.dumps(live))
 
 
 @contextlib.contextmanager

@@ -83,7 +83,7 @@ class IngestRejected(IngestError):
     """The server refused the batch with a non-retryable 4xx; sending it again will not help."""
 
     def __init__(self, status: int, code: str | None, message: str, body: Any) -> None:
-        super().__init__(f"HTTP {status} {code or ''}: {message}".replace("  ", " "))
+        super().__init__(f"HTTP {status} {code}: {message}" if code else f"HTTP {status}: {message}")
         self.status = status
         self.code = code
         self.message = message

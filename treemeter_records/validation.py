@@ -173,31 +173,52 @@ def _check_experts(experts: Any) -> int:
     return total
 
 
+def _outcome_path(node: tuple[Any, ...] | None) -> str:
+    """Render a (parent, key) chain built by ``_check_outcome`` as ``outcome.a[1].b``."""
+    parts: list[str] = []
+    while node is not None:
+        node, key = node
+        parts.append(f"[{key}]" if type(key) is int else f".{key}")
+    return "outcome" + "".join(reversed(parts))
+
+
 def _check_outcome(outcome: Any) -> None:
     if outcome is None:
         return
     if type(outcome) is not dict:
         _fail(WRONG_TYPE, "outcome", "outcome must be null or an object")
-    stack: list[tuple[Any, str]] = [(outcome, "outcome")]
+    # Iterative walk (no recursion limit); paths are kept as (parent, key) chains and only
+    # rendered on failure.
+    stack: list[tuple[Any, tuple[Any, ...] | None]] = [(outcome, None)]
+    pop, push = stack.pop, stack.append
     while stack:
-        value, path = stack.pop()
+        value, where = pop()
         t = type(value)
         if t is str or t is bool or value is None:
             continue
         if t is int:
             if not INT_MIN <= value <= INT_MAX:
-                _fail(INVALID_VALUE, path, "integers in outcome must fit in a signed 64-bit integer")
+                _fail(
+                    INVALID_VALUE,
+                    _outcome_path(where),
+                    "integers in outcome must fit in a signed 64-bit integer",
+                )
         elif t is dict:
             for key, item in value.items():
                 if type(key) is not str:
-                    _fail(WRONG_TYPE, path, "outcome object keys must be strings")
-                stack.append((item, f"{path}.{key}"))
+                    _fail(WRONG_TYPE, _outcome_path(where), "outcome object keys must be strings")
+                push((item, (where, key)))
         elif t is list:
-            stack.extend((item, f"{path}[{i}]") for i, item in enumerate(value))
+            for i, item in enumerate(value):
+                push((item, (where, i)))
         elif t is float:
-            _fail(WRONG_TYPE, path, "floats are not allowed; encode decimals and money as strings")
+            _fail(
+                WRONG_TYPE,
+                _outcome_path(where),
+                "floats are not allowed; encode decimals and money as strings",
+            )
         else:
-            _fail(WRONG_TYPE, path, f"unsupported type {t.__name__} in outcome")
+            _fail(WRONG_TYPE, _outcome_path(where), f"unsupported type {t.__name__} in outcome")
 
 
 def validate_record(rec: Any, now_ns: int | None = None, max_future_ns: int = 0) -> None:
