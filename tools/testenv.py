@@ -168,6 +168,7 @@ def _forget_dead_handles(pgdata: Path) -> None:
         pids = json.loads(handles.read_text())
     except (OSError, ValueError):
         return
+
     def alive(pid: object) -> bool:
         try:
             return isinstance(pid, int) and psutil.Process(pid).status() != psutil.STATUS_ZOMBIE
