@@ -311,7 +311,7 @@ def _redacted(url: str) -> str:
 
 
 class _Stopped(Exception):
-    """A SIGTERM/SIGHUP arrived before the command started."""
+    """A SIGTERM, SIGHUP or SIGINT arrived before the command started."""
 
     def __init__(self, signum: int) -> None:
         super().__init__(signum)

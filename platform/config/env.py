@@ -122,7 +122,7 @@ def clickhouse_url(name: str = "CLICKHOUSE_URL") -> str:
 def broker_url(name: str = "CELERY_BROKER_URL") -> str:
     """Empty means no broker: tasks run in-process (the embedded default)."""
     raw = os.environ.get(name, "").strip()
-    if raw and urlsplit(raw).scheme not in {"redis", "rediss", "amqp", "amqps", "memory"}:
+    if raw and urlsplit(raw).scheme not in {"redis", "rediss", "redis+socket", "amqp", "amqps", "memory"}:
         raise EnvError(name, raw, "redis://host:port/db, amqp://…, or empty to run tasks in-process")
     return raw
 

@@ -194,7 +194,8 @@ def test_commands(services: dict[str, dict[str, Any]]) -> None:
     migrate = " ".join(services["migrate"]["command"])
     assert "python manage.py migrate " in migrate and "python manage.py migrate_clickhouse" in migrate
     assert services["agent"]["command"] == ["python", "-m", "compute_agents"]
-    assert any(volume.endswith(":/var/lib/treemeter-agent") for volume in services["agent"]["volumes"])
+    key_folder = str(Path(services["agent"]["environment"]["TREEMETER_AGENT_KEY_FILE"]).parent)
+    assert any(volume.endswith(f":{key_folder}") for volume in services["agent"]["volumes"]), "a key volume"
 
 
 def _defines(path: Path, name: str) -> bool:
