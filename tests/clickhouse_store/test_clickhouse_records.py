@@ -37,7 +37,7 @@ def test_json_lines_insert_a_full_record(ch: None, make_record: MakeRecord) -> N
 
     columns = ", ".join(RECORD_FIELDS)
     rows = query.select_dicts(
-        f"SELECT {columns}, toUnixTimestamp64Nano(start_time) AS start_time_ns, start_time, "  # noqa: S608
+        f"SELECT {columns}, toUnixTimestamp64Nano(start_time) AS start_time_ns, start_time, "
         "l1_latency_us, l2_latency_us, l3_latency_us, ingested_at "
         "FROM usage_records WHERE record_id = {id:UUID}",
         {"id": with_outcome["record_id"]},
@@ -127,11 +127,11 @@ def test_records_counts_a_copy_once(ch: None, make_record: MakeRecord) -> None:
         {"id": record["record_id"]},
     ) == [(2, 1024)]
     totals = query.select(
-        f"SELECT count(), sum(tokens_in) FROM {RECORDS} WHERE tenant = {{tenant:String}}",  # noqa: S608
+        f"SELECT count(), sum(tokens_in) FROM {RECORDS} WHERE tenant = {{tenant:String}}",
         {"tenant": "acme"},
     )
     assert totals == [(2, 612)]
     per_contract = query.select(
-        f"SELECT contract, count(), sum(tokens_in) FROM {RECORDS} GROUP BY contract ORDER BY contract"  # noqa: S608
+        f"SELECT contract, count(), sum(tokens_in) FROM {RECORDS} GROUP BY contract ORDER BY contract"
     )
     assert per_contract == [("ctr-2026-0001", 1, 512), ("ctr-2026-0002", 1, 100)]
