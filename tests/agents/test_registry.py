@@ -24,8 +24,8 @@ def new_public_key() -> str:
 
 
 def test_registering_binds_tenants_and_contracts_and_is_idempotent() -> None:
-    tenant = TenantFactory()
-    contract = ContractFactory()
+    tenant = TenantFactory.create()
+    contract = ContractFactory.create()
     public_key = new_public_key()
     key = register_agent(
         agent_id="gpu-7",
@@ -52,7 +52,9 @@ def test_registering_binds_tenants_and_contracts_and_is_idempotent() -> None:
 )
 def test_bad_public_keys_are_refused(public_key: str, code: str) -> None:
     with pytest.raises(AgentRegistrationError) as raised:
-        register_agent(agent_id="gpu-1", public_key_b64=public_key, tenant_codes=[TenantFactory().code])
+        register_agent(
+            agent_id="gpu-1", public_key_b64=public_key, tenant_codes=[TenantFactory.create().code]
+        )
     assert raised.value.code == code
     assert not Agent.objects.exists()
 
@@ -64,7 +66,7 @@ def test_unknown_tenants_are_refused() -> None:
 
 
 def test_one_key_cannot_serve_two_agents() -> None:
-    public_key, tenant = new_public_key(), TenantFactory()
+    public_key, tenant = new_public_key(), TenantFactory.create()
     register_agent(agent_id="gpu-1", public_key_b64=public_key, tenant_codes=[tenant.code])
     with pytest.raises(AgentRegistrationError) as raised:
         register_agent(agent_id="gpu-2", public_key_b64=public_key, tenant_codes=[tenant.code])
@@ -73,14 +75,14 @@ def test_one_key_cannot_serve_two_agents() -> None:
 
 def test_revoking_keeps_the_first_revocation_time() -> None:
     key = register_agent(
-        agent_id="gpu-1", public_key_b64=new_public_key(), tenant_codes=[TenantFactory().code]
+        agent_id="gpu-1", public_key_b64=new_public_key(), tenant_codes=[TenantFactory.create().code]
     )
     first = revoke_key(key.key_id).revoked_at
     assert first is not None and revoke_key(key.key_id).revoked_at == first
 
 
 def test_management_command_registers_and_explains_errors(capsys: Any) -> None:
-    tenant = TenantFactory()
+    tenant = TenantFactory.create()
     call_command("register_agent", "gpu-9", "--public-key", new_public_key(), "--tenant", tenant.code)
     assert "registered gpu-9 key ed25519:" in capsys.readouterr().out
     with pytest.raises(CommandError, match="unknown_tenant"):
@@ -96,7 +98,7 @@ def staff_client(client: Client) -> Client:
 
 
 def test_staff_register_an_agent_through_the_api(staff_client: Client) -> None:
-    tenant = TenantFactory()
+    tenant = TenantFactory.create()
     response = staff_client.post(
         "/v1/agents",
         {"agent_id": "gpu-3", "public_key": new_public_key(), "tenants": [tenant.code]},
@@ -124,7 +126,7 @@ def test_bad_registrations_get_a_4xx_with_a_code(
 
 
 def test_customers_and_anonymous_callers_cannot_register_agents(client: Client) -> None:
-    payload = {"agent_id": "gpu-3", "public_key": new_public_key(), "tenants": [TenantFactory().code]}
+    payload = {"agent_id": "gpu-3", "public_key": new_public_key(), "tenants": [TenantFactory.create().code]}
     assert client.post("/v1/agents", payload, content_type="application/json").status_code == 403
     client.force_login(get_user_model().objects.create_user("customer"))
     response = client.post("/v1/agents", payload, content_type="application/json")
