@@ -89,10 +89,11 @@ CLICKHOUSE_URL = env.clickhouse_url()
 CLICKHOUSE_CLUSTER = env.text("CLICKHOUSE_CLUSTER", "")
 
 # Celery: no broker configured means tasks run in-process (the embedded default).
-CELERY_BROKER_URL = env.broker_url()
-CELERY_TASK_ALWAYS_EAGER = CELERY_BROKER_URL == ""
+_broker = env.broker_url()
+CELERY_TASK_ALWAYS_EAGER = _broker == ""
+CELERY_BROKER_URL = _broker or "memory://localhost/"  # unused while eager; a host keeps kombu quiet
 CELERY_TASK_EAGER_PROPAGATES = True
-CELERY_RESULT_BACKEND = env.text("CELERY_RESULT_BACKEND", "")
+CELERY_RESULT_BACKEND = env.text("CELERY_RESULT_BACKEND", "") or None
 CELERY_TASK_ACKS_LATE = True
 CELERY_WORKER_PREFETCH_MULTIPLIER = 1
 CELERY_TIMEZONE = "UTC"
