@@ -27,6 +27,7 @@ import contextlib
 import json
 import logging
 import os
+import re
 import shutil
 import signal
 import subprocess
@@ -294,6 +295,8 @@ def child_environment(
     environ["TEST_REDIS_URL"] = redis_url
     environ["TREEMETER_DATA_DIR"] = str(scratch_dir / "data")
     environ["CLICKHOUSE_URL"] = f"chdb://{scratch_dir / 'clickhouse'}"
+    # Each run gets its own test database, so runs sharing one PostgreSQL server never collide.
+    environ["DATABASE_TEST_NAME"] = "test_" + re.sub(r"[^a-z0-9]+", "_", scratch_dir.name.lower())
     return environ
 
 

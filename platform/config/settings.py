@@ -72,7 +72,14 @@ else:
         "HOST": _database.host,
         "PORT": _database.port,
     }
-DATABASES = {"default": {"ENGINE": "django.db.backends.postgresql", **_connection}}
+DATABASES = {
+    "default": {
+        "ENGINE": "django.db.backends.postgresql",
+        **_connection,
+        # The test runner's database; tools.testenv names one per run so parallel runs never collide.
+        "TEST": {"NAME": env.text("DATABASE_TEST_NAME", "") or None},
+    }
+}
 DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
 
 LANGUAGE_CODE = "en"

@@ -16,6 +16,7 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
+from clickhouse_connect.driver.exceptions import ClickHouseError
 from django.conf import settings
 from django.db import transaction
 from django.utils import timezone
@@ -100,7 +101,10 @@ def ingest_batch(body: bytes, *, now: datetime | None = None) -> IngestAnswer:
         except BatchError as error:
             raise IngestRefused(error.http_status, error.code, error.message) from None
         if result.accepted:
-            _store(agent.agent_id, batch.header_digest, result.accepted)
+            try:
+                _store(agent.agent_id, batch.header_digest, result.accepted)
+            except ClickHouseError as error:  # nothing is committed: the agent retries the same batch
+                raise IngestRefused(503, "storage_unavailable", f"Usage store unavailable: {error}") from None
             _advance_ranges(agent, ranges, [seq for seq, _ in result.accepted])
         answer = _answer(batch.header_digest, header, result)
         saved = IngestBatch.objects.create(

@@ -264,3 +264,16 @@ def test_force_batch_helper_signs_like_build_batch(contract: Any, agent: Signing
     built = build_batch([record], agent.agent_id, agent.key, created_ns=1)
     assert _force_batch(agent, [record]) + b"\n" == built.body()
     assert base64.b64decode(built.signature)
+
+
+def test_a_store_failure_is_a_retryable_503_and_commits_nothing(
+    client: Client, contract: Any, agent: SigningAgent
+) -> None:
+    query.command("RENAME TABLE usage_records TO usage_records_away")
+    try:
+        response = post(client, agent.batch([agent.record(contract)]).body())
+    finally:
+        query.command("RENAME TABLE usage_records_away TO usage_records")
+    assert response.status_code == 503 and response.json()["code"] == "storage_unavailable"
+    assert not IngestBatch.objects.exists() and not SequenceRange.objects.exists()
+    assert post(client, agent.batch([agent.record(contract, seq=0)]).body()).json()["accepted"] == 1
