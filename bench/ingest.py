@@ -22,7 +22,7 @@ sys.path[0:1] = [str(ROOT), str(ROOT / "platform")]
 
 
 def _use_bench_database() -> None:
-    """Keep the bench's tables out of the developer's database."""
+    """A fresh database of its own for every run, away from the developer's data."""
     url = os.environ.get("DATABASE_URL", "")
     if url.startswith("postgres"):
         parts = urlsplit(url)
@@ -31,8 +31,8 @@ def _use_bench_database() -> None:
 
         admin = urlunsplit(parts._replace(path="/postgres"))
         with psycopg.connect(admin.replace("postgres://", "postgresql://", 1), autocommit=True) as conn:
-            if not conn.execute("SELECT 1 FROM pg_database WHERE datname = 'treemeter_bench'").fetchone():
-                conn.execute("CREATE DATABASE treemeter_bench")
+            conn.execute("DROP DATABASE IF EXISTS treemeter_bench WITH (FORCE)")
+            conn.execute("CREATE DATABASE treemeter_bench")
 
 
 def main() -> None:
@@ -64,26 +64,16 @@ def run(total: int, sizes: list[int]) -> None:
     from rich.console import Console
     from rich.table import Table
 
-    from accounts.models import Tenant
-    from agents.models import Agent
-    from billing.models import Invoice
-    from catalog.models import ComputePackage
     from clickhouse_store import query
     from clickhouse_store.migrator import apply_migrations
     from clickhouse_store.schema import RECORD_FIELDS
     from compute_agents.synthetic import Workload, synthetic_records
-    from contracts.models import Contract
     from ingest.services import ingest_batch
     from treemeter_records import build_batch, private_key_from_seed
 
     console = Console()
     settings.INGEST_MAX_BATCH_RECORDS = max(sizes)
     apply_migrations()
-    Invoice.objects.all().delete()
-    Agent.objects.all().delete()
-    Contract.objects.all().delete()
-    ComputePackage.objects.all().delete()
-    Tenant.objects.all().delete()
     setup = seed_demo(settings.DATA_DIR)
     key = private_key_from_seed(setup.agent_seed)
     workload = Workload(setup.agent_id, setup.tenant.code, setup.contract.code, setup.package.code)
