@@ -78,15 +78,17 @@ def test_the_embedded_postgres_url_is_the_socket_form_libpq_reads() -> None:
 
 def test_the_child_environment(tmp_path: Path) -> None:
     base = {"PATH": "/bin", "CELERY_BROKER_URL": "redis://elsewhere/0", "DATABASE_URL": "postgres://old/x"}
+    scratch = tmp_path / "treemeter-test-Ab3x"
     env = testenv.child_environment(
-        base, database_url="postgres://db", redis_url="redis://r/15", scratch_dir=tmp_path
+        base, database_url="postgres://db", redis_url="redis://r/15", scratch_dir=scratch
     )
     assert env == {
         "PATH": "/bin",
         "DATABASE_URL": "postgres://db",
         "TEST_REDIS_URL": "redis://r/15",
-        "TREEMETER_DATA_DIR": str(tmp_path / "data"),
-        "CLICKHOUSE_URL": f"chdb://{tmp_path}/clickhouse",
+        "TREEMETER_DATA_DIR": str(scratch / "data"),
+        "CLICKHOUSE_URL": f"chdb://{scratch}/clickhouse",
+        "DATABASE_TEST_NAME": "test_treemeter_test_ab3x",  # one test database per run
     }
     assert env["CLICKHOUSE_URL"].startswith("chdb:///")
     assert base["CELERY_BROKER_URL"] == "redis://elsewhere/0"  # the caller's mapping is left alone
