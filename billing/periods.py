@@ -22,3 +22,12 @@ def month_bounds(month: str) -> tuple[datetime, datetime]:
 def previous_month(now: datetime) -> str:
     year, month = (now.year, now.month - 1) if now.month > 1 else (now.year - 1, 12)
     return f"{year:04d}-{month:02d}"
+
+
+def month_of(moment: datetime) -> str:
+    return f"{moment.year:04d}-{moment.month:02d}"
+
+
+def next_period_bounds(end: datetime) -> tuple[datetime, datetime]:
+    """The calendar month starting at `end` (a period's exclusive end)."""
+    return month_bounds(month_of(end))

@@ -11,7 +11,8 @@ from .models import Invoice
 
 def invoice_table(invoice: Invoice) -> Group:
     title = Text(
-        f"Invoice #{invoice.pk}  {invoice.tenant.name} ({invoice.tenant.code})  "
+        f"Invoice #{invoice.pk} {invoice.number or '(not numbered yet)'}  "
+        f"{invoice.tenant.name} ({invoice.tenant.code})  "
         f"contract {invoice.contract.code}\n"
         f"Period {invoice.period_start:%Y-%m-%d} – {invoice.period_end:%Y-%m-%d} (UTC, end exclusive)  "
         f"{invoice.record_count} records  status {invoice.status}",
@@ -29,4 +30,16 @@ def invoice_table(invoice: Invoice) -> Group:
             f"{line.unit_price.normalize():f}",
             f"{line.amount:,.2f}",
         )
+    if invoice.tax or invoice.credits_applied:
+        table.add_section()
+        table.add_row("Subtotal", "", "", f"{invoice.subtotal:,.2f}")
+        table.add_row(
+            "Tax" + (" (included)" if invoice.terms.get("tax_inclusive") else ""),
+            "",
+            "",
+            f"{invoice.tax:,.2f}",
+        )
+        if invoice.credits_applied:
+            table.add_row("Prepaid credits", "", "", f"-{invoice.credits_applied:,.2f}")
+            table.add_row("Amount due", "", "", f"{invoice.amount_due:,.2f}")
     return Group(title, table)

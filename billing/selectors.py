@@ -1,48 +1,125 @@
-"""Reads for billing: usage aggregates from ClickHouse, invoices from PostgreSQL."""
+"""Reads for billing: usage aggregates from ClickHouse, invoices from PostgreSQL.
+
+Rating is one aggregate query: every contract of an invoice run and every dimension and custom metric
+in one GROUP BY over the deduplicated records; never a Python loop over records.
+"""
 
 from __future__ import annotations
 
+import base64
+from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from decimal import Decimal
+from typing import Any
+
+from django.apps import apps
+from django.db.models import Sum
 
 from clickhouse_store import query
 from contracts.dimensions import AGGREGATES, quantity_from_aggregate
 
-from .models import Invoice
+from .expressions import compile_metric
+from .models import CreditEntry, Invoice
+from .rating import PeriodUsage
 
 _DIMENSIONS = list(AGGREGATES)
-# Built from our own constant expressions only; every value is a bound parameter.
-# No value is pasted into the SQL: tenant, contract and period are bound parameters.
-_USAGE_SQL = (
-    "SELECT count() AS records, "  # noqa: S608
-    + ", ".join(f"{expr} FILTER (WHERE status = 'ok')" for expr in AGGREGATES.values())
-    + f" FROM {query.RECORDS} "
-    "WHERE tenant = {tenant:String} AND contract = {contract:String} "
-    "AND start_time >= {start:DateTime64(9, 'UTC')} AND start_time < {end:DateTime64(9, 'UTC')}"
-)
+_OK = "status = 'ok'"
+METRIC_PLACES = Decimal("0.000001")
 
 
 @dataclass(frozen=True)
-class PeriodUsage:
-    record_count: int
-    quantities: dict[str, Decimal]
+class ContractMeter:
+    """What to measure for one contract: its tenant and code, and its custom metric expressions."""
+
+    tenant: str
+    contract: str
+    metrics: dict[str, str]
 
 
-def period_usage(tenant: str, contract: str, start: datetime, end: datetime) -> PeriodUsage:
-    """One aggregate query over the deduplicated records: only successful requests are billable."""
-    (row,) = query.select(_USAGE_SQL, {"tenant": tenant, "contract": contract, "start": start, "end": end})
-    return PeriodUsage(
-        record_count=int(row[0]),
-        quantities={
-            d: quantity_from_aggregate(d, int(v or 0)) for d, v in zip(_DIMENSIONS, row[1:], strict=True)
-        },
+def usage_sql(meters: Sequence[ContractMeter]) -> tuple[str, dict[str, Any], dict[str, int]]:
+    """The one GROUP BY query for these contracts, and the column of each distinct custom metric
+    expression (contracts sharing an expression share one column). Built from our own constant
+    expressions and compiled metrics only; tenants, contracts, period and numbers are bound parameters."""
+    params: dict[str, Any] = {
+        "tenants": sorted({m.tenant for m in meters}),
+        "contracts": [m.contract for m in meters],
+    }
+    columns = [f"{expr} FILTER (WHERE {_OK})" for expr in AGGREGATES.values()]
+    users: dict[str, list[str]] = {}
+    for meter in meters:
+        for expression in meter.metrics.values():
+            users.setdefault(expression, []).append(meter.contract)
+    metric_column: dict[str, int] = {}
+    for k, (expression, contracts) in enumerate(users.items()):
+        compiled = compile_metric(expression, param_prefix=f"m{k}p")
+        params.update(compiled.params)
+        params[f"m{k}c"] = sorted(set(contracts))
+        columns.append(f"sum(if({_OK} AND contract IN {{m{k}c:Array(String)}}, {compiled.sql}, 0.))")
+        metric_column[expression] = k
+    sql = (
+        "SELECT tenant, contract, count() AS records, "  # noqa: S608
+        + ", ".join(columns)
+        + f" FROM {query.RECORDS} "
+        "WHERE tenant IN {tenants:Array(String)} AND contract IN {contracts:Array(String)} "
+        "AND start_time >= {start:DateTime64(9, 'UTC')} AND start_time < {end:DateTime64(9, 'UTC')} "
+        "GROUP BY tenant, contract"
     )
+    return sql, params, metric_column
+
+
+def usage_by_contract(
+    meters: Sequence[ContractMeter], start: datetime, end: datetime
+) -> dict[str, PeriodUsage]:
+    """Each contract's period usage (only successful requests are billable; record_count counts all).
+    A contract without records gets zero usage. Records under another tenant's code are not counted."""
+    if not meters:
+        return {}
+    sql, params, metric_column = usage_sql(meters)
+    rows = query.select(sql, {**params, "start": start, "end": end})
+    owner = {m.contract: m.tenant for m in meters}
+    found: dict[str, tuple[Any, ...]] = {row[1]: row for row in rows if owner.get(row[1]) == row[0]}
+    usage = {}
+    first_metric = 3 + len(_DIMENSIONS)
+    for meter in meters:
+        row = found.get(meter.contract)
+        quantities = {
+            d: quantity_from_aggregate(d, int(row[3 + k] or 0) if row else 0)
+            for k, d in enumerate(_DIMENSIONS)
+        }
+        for code, expression in meter.metrics.items():
+            raw = row[first_metric + metric_column[expression]] if row else 0.0
+            quantities[code] = Decimal(repr(float(raw or 0.0))).quantize(METRIC_PLACES)
+        usage[meter.contract] = PeriodUsage(int(row[2]) if row else 0, quantities)
+    return usage
+
+
+def period_usage(
+    tenant: str, contract: str, start: datetime, end: datetime, metrics: dict[str, str] | None = None
+) -> PeriodUsage:
+    """One contract's usage for [start, end)."""
+    return usage_by_contract([ContractMeter(tenant, contract, metrics or {})], start, end)[contract]
 
 
 def invoice_with_lines(invoice_id: int) -> Invoice:
     return (
         Invoice.objects.select_related("contract", "tenant", "contract__package")
-        .prefetch_related("lines")
+        .prefetch_related("lines", "notes")
         .get(pk=invoice_id)
     )
+
+
+def credit_balance(contract_id: int) -> Decimal:
+    total = CreditEntry.objects.filter(contract_id=contract_id).aggregate(total=Sum("amount"))["total"]
+    return total if total is not None else Decimal("0.00")
+
+
+def latest_checkpoint() -> dict[str, Any] | None:
+    """The newest signed ledger checkpoint (size and root), which a finalised invoice pins; None while
+    the ledger app is absent or has published none."""
+    if not apps.is_installed("ledger"):
+        return None
+    checkpoint = apps.get_model("ledger", "Checkpoint").objects.order_by("-size", "-id").first()
+    if checkpoint is None:
+        return None
+    return {"size": checkpoint.size, "root_hash": base64.b64encode(bytes(checkpoint.root_hash)).decode()}

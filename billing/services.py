@@ -1,67 +1,343 @@
-"""Writes for billing."""
+"""Writes for billing: invoices from draft to paid, credits, coupons, notes.
+
+Every write is safe to retry: invoices are unique per (contract, period) and made under a lock on the
+contract row; numbering locks the issuing entity's sequence row; credit entries are unique per
+reference; notes are checked against what the invoice still allows.
+"""
 
 from __future__ import annotations
 
-from datetime import datetime
+from collections import Counter
+from datetime import datetime, timedelta
+from decimal import Decimal
 
+from django.conf import settings
 from django.db import IntegrityError, transaction
 from django.utils import timezone
 
+from contracts.dimensions import Dimension
 from contracts.models import Contract
+from contracts.money import round_money
 
-from .models import Invoice, InvoiceLine
-from .rating import rate_usage
-from .selectors import period_usage
+from . import outcomes
+from .errors import BillingError, TermsError
+from .lateness import late_usage_adjustments
+from .models import OPEN_STATUSES, Coupon, CreditEntry, Invoice, InvoiceLine, InvoiceSequence, Note
+from .rating import PeriodUsage, RatedInvoice, RatedLine, rate_period
+from .selectors import credit_balance, latest_checkpoint, period_usage
+from .terms import Terms, terms_of
+
+__all__ = ["BillingError", "TermsError", "generate_invoice"]
 
 
-class BillingError(ValueError):
-    def __init__(self, code: str, message: str) -> None:
-        super().__init__(message)
-        self.code = code
-        self.message = message
+def generate_invoice(
+    contract_id: int,
+    period_start: datetime,
+    period_end: datetime,
+    *,
+    usage: PeriodUsage | None = None,
+    now: datetime | None = None,
+) -> Invoice:
+    """Rate a contract's records for a closed period into its invoice, and finalise it once the
+    contract's grace period has passed.
 
-
-def generate_invoice(contract_id: int, period_start: datetime, period_end: datetime) -> Invoice:
-    """Rate a contract's records for a closed period into one invoice with itemised lines.
-
-    Idempotent, also when run concurrently: the contract row is locked while the invoice is made,
-    and a unique constraint on (contract, period) backs it up; a second run returns the first invoice.
+    Idempotent, also when run concurrently: the contract row is locked while the invoice is made, and
+    a unique constraint on (contract, period) backs it up. A run during the grace period re-rates the
+    draft (late records count); a run on a finalised invoice returns it unchanged.
     """
-    if period_end > timezone.now():
+    now = now or timezone.now()
+    if period_end > now:
         raise BillingError("period_open", f"The period ending {period_end.isoformat()} has not closed yet.")
     if period_start >= period_end:
         raise BillingError("invalid_period", "The period must start before it ends.")
     try:
         with transaction.atomic():
             contract = Contract.objects.select_for_update().select_related("tenant").get(pk=contract_id)
-            existing = Invoice.objects.filter(
+            invoice = Invoice.objects.filter(
                 contract=contract, period_start=period_start, period_end=period_end
             ).first()
-            if existing is not None:
-                return existing
-            usage = period_usage(contract.tenant.code, contract.code, period_start, period_end)
-            prices = {p.dimension: p.unit_price for p in contract.prices.all()}
-            lines = rate_usage(usage.quantities, prices, contract.currency)
-            invoice = Invoice.objects.create(
-                contract=contract,
-                tenant=contract.tenant,
-                period_start=period_start,
-                period_end=period_end,
-                currency=contract.currency,
-                record_count=usage.record_count,
-                total=sum((line.amount for line in lines), start=0),
-            )
-            InvoiceLine.objects.bulk_create(
-                InvoiceLine(
-                    invoice=invoice,
-                    dimension=line.dimension,
-                    description=line.description,
-                    quantity=line.quantity,
-                    unit_price=line.unit_price,
-                    amount=line.amount,
+            if invoice is not None and invoice.status not in OPEN_STATUSES:
+                return invoice
+            terms = terms_of(contract)
+            if usage is None:
+                usage = period_usage(
+                    contract.tenant.code, contract.code, period_start, period_end, terms.metrics
                 )
-                for line in lines
+            outcome_refs: list[str] = []
+            if any(c.dimension == Dimension.OUTCOMES for c in terms.charges):
+                usage, outcome_refs = _with_outcomes(contract, usage, period_start, period_end, now)
+            used = _coupon_uses(contract, exclude=invoice) if terms.coupons else Counter[str]()
+            adjustments = late_usage_adjustments(contract, period_start, now)
+            rated = rate_period(
+                terms, usage, period_start, period_end, coupons_used=used, adjustments=adjustments
             )
+            for line in rated.lines:
+                if line.kind == "usage" and line.dimension == Dimension.OUTCOMES:
+                    line.details["outcomes"] = outcome_refs
+                    line.details["condition"] = terms.outcome_rule
+            invoice = _write_draft(contract, invoice, terms, usage, rated, period_start, period_end)
+            if now >= invoice.grace_until:  # type: ignore[operator]
+                invoice = finalize_invoice(invoice, now=now)
             return invoice
     except IntegrityError:
         return Invoice.objects.get(contract_id=contract_id, period_start=period_start, period_end=period_end)
+
+
+def _with_outcomes(
+    contract: Contract, usage: PeriodUsage, start: datetime, end: datetime, now: datetime
+) -> tuple[PeriodUsage, list[str]]:
+    """Usage plus the confirmed, unbilled outcomes (count, and their value for percentage charges)."""
+    outcomes.sync_record_outcomes(contract, start, end)
+    outcomes.expire_outcomes(now, [contract])
+    count, value, refs = outcomes.billable_outcomes(contract, end)
+    quantities = {**usage.quantities, Dimension.OUTCOMES: count}
+    values = {**usage.values, Dimension.OUTCOMES: value}
+    return PeriodUsage(usage.record_count, quantities, values), refs
+
+
+def _coupon_uses(contract: Contract, exclude: Invoice | None) -> Counter[str]:
+    lines = InvoiceLine.objects.filter(invoice__contract=contract, kind=InvoiceLine.Kind.DISCOUNT).exclude(
+        invoice__status=Invoice.Status.VOID
+    )
+    if exclude is not None:
+        lines = lines.exclude(invoice=exclude)
+    return Counter(line.details.get("coupon", "") for line in lines)
+
+
+def _write_draft(
+    contract: Contract,
+    invoice: Invoice | None,
+    terms: Terms,
+    usage: PeriodUsage,
+    rated: RatedInvoice,
+    start: datetime,
+    end: datetime,
+) -> Invoice:
+    fields = {
+        "record_count": usage.record_count,
+        "subtotal": rated.subtotal,
+        "tax": rated.tax,
+        "total": rated.total,
+        "amount_due": rated.total,
+        "terms": {**terms.as_json(), "quantities": {k: str(v) for k, v in usage.quantities.items()}},
+        "grace_until": end + timedelta(days=contract.grace_days),
+        "status": Invoice.Status.GRACE if contract.grace_days else Invoice.Status.DRAFT,
+        "issuing_entity": contract.issuing_entity,
+    }
+    if invoice is None:
+        invoice = Invoice.objects.create(
+            contract=contract,
+            tenant=contract.tenant,
+            period_start=start,
+            period_end=end,
+            currency=terms.currency,
+            **fields,
+        )
+    else:
+        for name, value in fields.items():
+            setattr(invoice, name, value)
+        invoice.save()
+        invoice.lines.all().delete()
+    InvoiceLine.objects.bulk_create(
+        InvoiceLine(
+            invoice=invoice,
+            kind=line.kind,
+            dimension=line.dimension,
+            description=_describe(line)[:200],
+            quantity=line.quantity.quantize(Decimal("1E-6")),
+            unit_price=line.unit_price.quantize(Decimal("1E-8")),
+            amount=line.amount,
+            details=line.details,
+        )
+        for line in rated.lines
+    )
+    return invoice
+
+
+def _describe(line: RatedLine) -> str:
+    """The line's description; an outcome line also names the verification condition it was billed under."""
+    condition = line.details.get("condition")
+    return f"{line.description} (verified: {condition})" if condition else line.description
+
+
+def _next_number(entity: str) -> str:
+    sequence, _ = InvoiceSequence.objects.select_for_update().get_or_create(issuing_entity=entity)
+    sequence.last_number += 1
+    sequence.save(update_fields=["last_number"])
+    return f"{entity.upper()}-{sequence.last_number:06d}"
+
+
+def finalize_invoice(invoice: Invoice, *, now: datetime | None = None) -> Invoice:
+    """Number the invoice (gapless per issuing entity, in the same transaction), consume prepaid
+    credits, and freeze it. Already finalised: returned unchanged."""
+    now = now or timezone.now()
+    with transaction.atomic():
+        # The contract row first (as generate_invoice takes it): it serialises spending the wallet.
+        list(Contract.objects.select_for_update().filter(pk=invoice.contract_id).values_list("pk", flat=True))
+        invoice = Invoice.objects.select_for_update().get(pk=invoice.pk)
+        if invoice.status not in OPEN_STATUSES:
+            return invoice
+        applied, allocation = _credits_for(invoice)
+        if applied:
+            CreditEntry.objects.create(
+                contract=invoice.contract,
+                kind=CreditEntry.Kind.CONSUME,
+                amount=-applied,
+                invoice=invoice,
+                reference=f"invoice:{invoice.pk}",
+            )
+        invoice.credits_applied = applied
+        invoice.amount_due = invoice.total - applied
+        invoice.terms = {**invoice.terms, "credit_allocation": allocation}
+        invoice.number = _next_number(invoice.issuing_entity)
+        invoice.status = Invoice.Status.FINALIZED
+        invoice.finalized_at = now
+        if any(c["dimension"] == Dimension.OUTCOMES for c in invoice.terms.get("charges", [])):
+            outcomes.mark_billed(invoice)
+        checkpoint = latest_checkpoint()
+        if checkpoint is not None:
+            invoice.terms["ledger_checkpoint"] = checkpoint
+        invoice.save()
+        if settings.STRIPE_API_KEY and invoice.amount_due > 0:
+            invoice_id = invoice.pk
+            transaction.on_commit(lambda: _push_to_stripe(invoice_id), robust=True)
+        return invoice
+
+
+def _push_to_stripe(invoice_id: int) -> None:
+    from .tasks import push_invoice_task  # tasks import this module
+
+    push_invoice_task.delay(invoice_id)
+
+
+def _credits_for(invoice: Invoice) -> tuple[Decimal, dict[str, str]]:
+    """How much of the wallet pays this invoice: the line kinds the contract's credit order names, in
+    that order (each with its share of exclusive tax), up to the balance. Empty order: every line."""
+    balance = credit_balance(invoice.contract_id)
+    if balance <= 0 or invoice.total <= 0:
+        return Decimal(0), {}
+    order = list(invoice.terms.get("credit_order") or [])
+    rate = Decimal(invoice.terms.get("tax_rate", "0"))
+    gross = Decimal(1) if invoice.terms.get("tax_inclusive") else 1 + rate
+    allocation: dict[str, str] = {}
+    left = min(balance, invoice.total)
+    if not order:
+        return left, {"all": str(left)}
+    applied = Decimal(0)
+    for kind in order:
+        due = round_money(
+            sum((line.amount for line in invoice.lines.filter(kind=kind)), Decimal(0)) * gross,
+            invoice.currency,
+        )
+        take = max(min(due, left - applied), Decimal(0))
+        if take:
+            allocation[kind] = str(take)
+            applied += take
+    return applied, allocation
+
+
+def mark_paid(invoice: Invoice, *, paid_at: datetime | None = None) -> Invoice:
+    """finalized → paid; paying a paid invoice again is a no-op."""
+    with transaction.atomic():
+        invoice = Invoice.objects.select_for_update().get(pk=invoice.pk)
+        if invoice.status == Invoice.Status.PAID:
+            return invoice
+        if invoice.status != Invoice.Status.FINALIZED:
+            raise BillingError("invalid_transition", f"A {invoice.status} invoice cannot be paid.")
+        invoice.status = Invoice.Status.PAID
+        invoice.paid_at = paid_at or timezone.now()
+        invoice.save(update_fields=["status", "paid_at"])
+        return invoice
+
+
+def void_invoice(invoice: Invoice, *, now: datetime | None = None) -> Invoice:
+    """finalized → void: the number stays used (no gap) and consumed credits go back to the wallet."""
+    with transaction.atomic():
+        invoice = Invoice.objects.select_for_update().get(pk=invoice.pk)
+        if invoice.status == Invoice.Status.VOID:
+            return invoice
+        if invoice.status != Invoice.Status.FINALIZED:
+            raise BillingError("invalid_transition", f"A {invoice.status} invoice cannot be voided.")
+        if invoice.credits_applied:
+            CreditEntry.objects.create(
+                contract=invoice.contract,
+                kind=CreditEntry.Kind.GRANT,
+                amount=invoice.credits_applied,
+                invoice=invoice,
+                reference=f"void:{invoice.pk}",
+            )
+        invoice.status = Invoice.Status.VOID
+        invoice.voided_at = now or timezone.now()
+        invoice.save(update_fields=["status", "voided_at"])
+        return invoice
+
+
+def grant_credits(contract: Contract, amount: Decimal, reference: str) -> CreditEntry:
+    """Add prepaid credits to the contract's wallet; the same reference again returns the first entry."""
+    if amount <= 0 or round_money(amount, contract.currency) != amount:
+        raise TermsError(
+            "invalid_amount",
+            f"Credits must be positive in whole {contract.currency} minor units, not {amount}.",
+        )
+    entry, _ = CreditEntry.objects.get_or_create(
+        contract=contract, reference=reference, defaults={"kind": CreditEntry.Kind.GRANT, "amount": amount}
+    )
+    return entry
+
+
+def add_coupon(
+    contract: Contract,
+    code: str,
+    *,
+    percent_off: Decimal | None = None,
+    amount_off: Decimal | None = None,
+    periods: int | None = None,
+) -> Coupon:
+    if (percent_off is None) == (amount_off is None):
+        raise TermsError("invalid_coupon", "A coupon has either percent_off or amount_off.")
+    if percent_off is not None and not 0 < percent_off <= 1:
+        raise TermsError(
+            "invalid_coupon", f"percent_off is a fraction in (0, 1] (0.1 = 10 %), not {percent_off}."
+        )
+    if amount_off is not None and amount_off <= 0:
+        raise TermsError("negative_price", f"amount_off must be positive, not {amount_off}.")
+    coupon, _ = Coupon.objects.get_or_create(
+        contract=contract,
+        code=code,
+        defaults={"percent_off": percent_off, "amount_off": amount_off, "periods": periods},
+    )
+    return coupon
+
+
+def issue_note(
+    invoice: Invoice, kind: str, amount: Decimal, reason: str, *, line: InvoiceLine | None = None
+) -> Note:
+    """A credit or debit note on a finalised (or paid) invoice. A credit note cannot exceed what the
+    invoice and its earlier notes leave, nor a line's amount when it corrects one line."""
+    if kind not in Note.Kind.values:
+        raise BillingError("invalid_note", f"Unknown note kind {kind!r}.")
+    if amount <= 0 or round_money(amount, invoice.currency) != amount:
+        raise BillingError("invalid_amount", f"A note amount is positive, in {invoice.currency} minor units.")
+    with transaction.atomic():
+        invoice = Invoice.objects.select_for_update().get(pk=invoice.pk)
+        if invoice.status not in (Invoice.Status.FINALIZED, Invoice.Status.PAID):
+            raise BillingError(
+                "invalid_transition", f"Notes correct finalised invoices, not a {invoice.status} one."
+            )
+        notes = list(invoice.notes.all())
+        net = invoice.total + sum((n.amount if n.kind == "debit" else -n.amount for n in notes), Decimal(0))
+        if kind == "credit" and amount > net:
+            raise BillingError("note_exceeds_invoice", f"A credit note of {amount} exceeds the {net} left.")
+        if kind == "credit" and line is not None:
+            credited = sum(
+                (n.amount for n in notes if n.line_id == line.pk and n.kind == "credit"), Decimal(0)
+            )
+            if amount > line.amount - credited:
+                raise BillingError(
+                    "note_exceeds_line", f"The line has {line.amount - credited} left to credit."
+                )
+        prefix = "CN" if kind == "credit" else "DN"
+        number = f"{invoice.number}-{prefix}{sum(1 for n in notes if n.kind == kind) + 1}"
+        return Note.objects.create(
+            invoice=invoice, line=line, kind=kind, number=number, reason=reason[:200], amount=amount
+        )

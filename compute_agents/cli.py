@@ -1,7 +1,8 @@
 """`python -m compute_agents`: the agent's command line.
 
-Until the serving engine lands (the agent issue), the agent can create its Ed25519 identity and
-send signed batches of synthetic MoE records, e.g. for load tests against a deployment.
+create-model (a tiny random-weight MoE checkpoint), identity, register (bind to the platform and pin
+its key), serve (the OpenAI-compatible API with metering and shipping), spool-status, ship (drain the
+spool now), send-synthetic (synthetic records, for load tests against a deployment).
 """
 
 from __future__ import annotations
@@ -12,6 +13,9 @@ import sys
 import time
 from collections.abc import Sequence
 from pathlib import Path
+from typing import Any
+
+import httpx
 
 from treemeter_records import (
     IngestClient,
@@ -25,6 +29,8 @@ from treemeter_records import (
 from .synthetic import Workload, synthetic_records
 
 DEFAULT_KEY_FILE = "/var/lib/treemeter-agent/agent.key"
+DEFAULT_DATA_DIR = "/var/lib/treemeter-agent"
+DEFAULT_MODEL_DIR = "/var/lib/treemeter-agent/model"
 
 
 def load_or_create_seed(path: Path) -> bytes:
@@ -82,6 +88,115 @@ def send_synthetic(args: argparse.Namespace) -> int:
     return 0 if totals[2] == 0 else 1
 
 
+def create_model(args: argparse.Namespace) -> int:
+    from .checkpoint import TinySizes, create_tiny_model
+
+    sizes = TinySizes(
+        hidden=args.hidden, layers=args.layers, experts=args.experts, top_k=args.top_k, vocab=args.vocab
+    )
+    if min(sizes.hidden, sizes.layers, sizes.experts, sizes.top_k) < 1 or sizes.top_k > sizes.experts:
+        print("sizes must be positive and --top-k at most --experts.", file=sys.stderr)
+        return 2
+    manifest = create_tiny_model(Path(args.directory), sizes, seed=args.seed)
+    print(f"model_id      {manifest['model_id']}")
+    print(f"weights_sha3  {manifest['weights_sha3']}")
+    print(f"experts       {len(manifest['experts'])} files in {Path(args.directory) / 'experts'}")
+    return 0
+
+
+def register(args: argparse.Namespace) -> int:
+    from .runtime import pin_platform_key
+
+    key = private_key_from_seed(load_or_create_seed(Path(args.key_file)))
+    try:
+        platform_key = pin_platform_key(args.platform_url, Path(args.data_dir))
+    except (httpx.HTTPError, OSError, ValueError, KeyError) as error:
+        print(f"cannot fetch the platform key from {args.platform_url}: {error}", file=sys.stderr)
+        return 1
+    print(f"pinned platform key {platform_key} in {args.data_dir}")
+    print(f"agent public key    {public_key_to_b64(key)}  ({key_id_for(key)})")
+    print(
+        f"Platform staff bind it: manage.py register_agent {args.agent_id} "
+        f"--public-key {public_key_to_b64(key)} --contract <code>"
+    )
+    return 0
+
+
+def _settings(args: argparse.Namespace) -> Any:
+    from .runtime import AgentSettings
+
+    return AgentSettings(
+        agent_id=args.agent_id,
+        platform_url=args.platform_url,
+        key_file=Path(args.key_file),
+        model_dir=Path(args.model_dir),
+        data_dir=Path(args.data_dir),
+        rules_file=Path(args.rules) if args.rules else None,
+        cache_capacity=args.cache_capacity,
+        preheat=args.preheat,
+        batch_size=args.batch_size,
+        batch_age_s=args.batch_age,
+        spool_max_records=args.spool_max_records,
+        threads=args.threads,
+        engine=args.engine,
+    )
+
+
+def serve(args: argparse.Namespace) -> int:
+    import uvicorn
+
+    from .app import create_app
+    from .entitlements import SnapshotError
+    from .logs import configure_logging
+    from .runtime import build_agent
+
+    configure_logging()
+    agent = build_agent(_settings(args), load_or_create_seed(Path(args.key_file)))
+    try:
+        agent.start()
+    except SnapshotError as error:
+        print(f"no entitlements: {error}", file=sys.stderr)
+        return 1
+    try:
+        uvicorn.run(create_app(agent.service), host=args.host, port=args.port, log_level="warning")
+    finally:
+        agent.stop()
+    return 0
+
+
+def spool_status(args: argparse.Namespace) -> int:
+    from .spool import Spool
+
+    path = Path(args.data_dir) / "spool.sqlite3"
+    if not path.exists():
+        print(f"no spool at {path}", file=sys.stderr)
+        return 1
+    status = Spool(path).status()
+    lag = 0.0 if status.oldest_spooled_ns is None else (time.time_ns() - status.oldest_spooled_ns) / 1e9
+    print(f"depth     {status.depth} records ({status.bytes} bytes)")
+    print(f"next_seq  {status.next_seq}")
+    print(f"shipped   {status.shipped}")
+    print(f"lag       {lag:.1f} s")
+    return 0
+
+
+def ship(args: argparse.Namespace) -> int:
+    from .shipper import Shipper
+    from .spool import Spool
+
+    key = private_key_from_seed(load_or_create_seed(Path(args.key_file)))
+    spool = Spool(Path(args.data_dir) / "spool.sqlite3")
+    with IngestClient(args.platform_url) as client:
+        shipper = Shipper(spool, client, args.agent_id, key, batch_size=args.batch_size)
+        try:
+            shipped = shipper.drain()
+        except IngestError as error:
+            print(f"shipping stopped: {error}; the records stay in the spool.", file=sys.stderr)
+            return 1
+    print(f"shipped {shipped} records")
+    return 0
+
+
 def parser() -> argparse.ArgumentParser:
     root = argparse.ArgumentParser(
         prog="python -m compute_agents",
@@ -91,10 +206,52 @@ def parser() -> argparse.ArgumentParser:
     root.add_argument("--key-file", default=os.environ.get("TREEMETER_AGENT_KEY_FILE", DEFAULT_KEY_FILE))
     commands = root.add_subparsers(dest="command")
     commands.add_parser("identity", help="create the key if needed; print key id and public key (default)")
+    platform_url = os.environ.get("TREEMETER_PLATFORM_URL", "http://127.0.0.1:8000")
+    agent_id = os.environ.get("TREEMETER_AGENT_ID")
+    data_dir = os.environ.get("TREEMETER_AGENT_DATA_DIR", DEFAULT_DATA_DIR)
+    model_dir = os.environ.get("TREEMETER_MODEL_DIR", DEFAULT_MODEL_DIR)
+
+    create = commands.add_parser("create-model", help="create a tiny random-weight Qwen3-MoE checkpoint")
+    create.add_argument("directory", nargs="?", default=model_dir)
+    create.add_argument("--hidden", type=int, default=128)
+    create.add_argument("--layers", type=int, default=4)
+    create.add_argument("--experts", type=int, default=16)
+    create.add_argument("--top-k", type=int, default=2)
+    create.add_argument("--vocab", type=int, default=1024)
+    create.add_argument("--seed", type=int, default=0)
+
+    reg = commands.add_parser("register", help="pin the platform's key and print how to bind this agent")
+    reg.add_argument("--platform-url", default=platform_url)
+    reg.add_argument("--agent-id", default=agent_id, required=agent_id is None)
+    reg.add_argument("--data-dir", default=data_dir)
+
+    run = commands.add_parser("serve", help="serve the OpenAI-compatible API, meter, spool and ship")
+    run.add_argument("--platform-url", default=platform_url)
+    run.add_argument("--agent-id", default=agent_id, required=agent_id is None)
+    run.add_argument("--data-dir", default=data_dir)
+    run.add_argument("--model-dir", default=model_dir)
+    run.add_argument("--rules", help="the L1 rules file (JSON); default: the built-in rules")
+    run.add_argument("--host", default="127.0.0.1")
+    run.add_argument("--port", type=int, default=8100)
+    run.add_argument("--cache-capacity", type=int, help="experts resident per layer (default: all)")
+    run.add_argument("--preheat", type=int, help="experts preheated per layer (default: half the capacity)")
+    run.add_argument("--batch-size", type=int, default=500)
+    run.add_argument("--batch-age", type=float, default=1.0, help="seconds before a partial batch ships")
+    run.add_argument("--spool-max-records", type=int, default=100_000)
+    run.add_argument("--threads", type=int, help="torch threads")
+    run.add_argument("--engine", choices=["torch", "vllm"], default="torch", help="vllm: the optional extra")
+
+    status = commands.add_parser("spool-status", help="records waiting, next seq, shipped, lag")
+    status.add_argument("--data-dir", default=data_dir)
+
+    drain = commands.add_parser("ship", help="ship every spooled record now")
+    drain.add_argument("--platform-url", default=platform_url)
+    drain.add_argument("--agent-id", default=agent_id, required=agent_id is None)
+    drain.add_argument("--data-dir", default=data_dir)
+    drain.add_argument("--batch-size", type=int, default=500)
+
     send = commands.add_parser("send-synthetic", help="sign and send synthetic MoE records")
-    send.add_argument(
-        "--platform-url", default=os.environ.get("TREEMETER_PLATFORM_URL", "http://127.0.0.1:8000")
-    )
+    send.add_argument("--platform-url", default=platform_url)
     send.add_argument("--agent-id", required=True)
     send.add_argument("--tenant", required=True)
     send.add_argument("--contract", required=True)
@@ -107,6 +264,12 @@ def parser() -> argparse.ArgumentParser:
 
 def main(argv: Sequence[str] | None = None) -> int:
     args = parser().parse_args(argv)
-    if args.command == "send-synthetic":
-        return send_synthetic(args)
-    return identity(args)
+    commands = {
+        "send-synthetic": send_synthetic,
+        "create-model": create_model,
+        "register": register,
+        "serve": serve,
+        "spool-status": spool_status,
+        "ship": ship,
+    }
+    return commands.get(args.command, identity)(args)

@@ -29,6 +29,8 @@ INSTALLED_APPS = [
     "billing",
     "sla",
     "demo",
+    "entitlements",
+    "ledger",
 ]
 
 MIDDLEWARE = [
@@ -108,11 +110,26 @@ CELERY_TIMEZONE = "UTC"
 # The platform's Ed25519 signing key (base64 of the 32-byte seed).
 PLATFORM_SIGNING_KEY = env.ed25519_seed("TREEMETER_SIGNING_KEY", DATA_DIR / "platform-signing-key")
 
+# The verifiable log: checkpoint origin line (and signing key name), and how often beat publishes one.
+LEDGER_ORIGIN = env.text("LEDGER_ORIGIN", "treemeter.local/ledger")
+LEDGER_CHECKPOINT_MINUTES = env.integer("LEDGER_CHECKPOINT_MINUTES", 10, minimum=1)
+CELERY_BEAT_SCHEDULE = {
+    "ledger-checkpoint": {"task": "ledger.publish_checkpoint", "schedule": LEDGER_CHECKPOINT_MINUTES * 60.0},
+    # SLA: burn-rate alerts every minute; close the previous SLA month (reports, credits) hourly.
+    "sla-burn-rates": {"task": "sla.evaluate_burn_rates", "schedule": 60.0},
+    "sla-close-periods": {"task": "sla.close_due_periods", "schedule": 3600.0},
+}
+
 # Ingest limits.
 INGEST_MAX_BATCH_BYTES = env.integer("INGEST_MAX_BATCH_BYTES", 32 * 1024 * 1024, minimum=1024)
 INGEST_MAX_BATCH_RECORDS = env.integer("INGEST_MAX_BATCH_RECORDS", 20_000, minimum=1)
 INGEST_MAX_FUTURE_SKEW_SECONDS = env.integer("INGEST_MAX_FUTURE_SKEW_SECONDS", 300, minimum=0)
 DATA_UPLOAD_MAX_MEMORY_SIZE = INGEST_MAX_BATCH_BYTES + 1024
+
+# Stripe (billing.payments): empty key = invoices are not pushed; STRIPE_API_BASE points tests at a fake.
+STRIPE_API_KEY = env.text("STRIPE_API_KEY", "")
+STRIPE_WEBHOOK_SECRET = env.text("STRIPE_WEBHOOK_SECRET", "")
+STRIPE_API_BASE = env.text("STRIPE_API_BASE", "https://api.stripe.com")
 
 REST_FRAMEWORK = {
     "DEFAULT_SCHEMA_CLASS": "drf_spectacular.openapi.AutoSchema",

@@ -1,6 +1,6 @@
 from django.contrib import admin
 
-from .models import Contract, ContractPrice
+from .models import Contract, ContractMetric, ContractPrice
 
 
 class ContractPriceInline(admin.TabularInline):
@@ -8,9 +8,14 @@ class ContractPriceInline(admin.TabularInline):
     extra = 1
 
 
+class ContractMetricInline(admin.TabularInline):
+    model = ContractMetric
+    extra = 0
+
+
 @admin.register(Contract)
 class ContractAdmin(admin.ModelAdmin):
-    list_display = ["code", "tenant", "package", "currency", "period", "status", "starts_at"]
+    list_display = ["code", "tenant", "package", "currency", "period", "status", "starts_at", "base_fee"]
     list_filter = ["status", "currency", "package"]
     search_fields = ["code", "tenant__code"]
-    inlines = [ContractPriceInline]
+    inlines = [ContractPriceInline, ContractMetricInline]

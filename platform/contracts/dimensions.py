@@ -1,4 +1,6 @@
-"""Metered dimensions a contract can price. Each maps to one whitelisted ClickHouse aggregate."""
+"""Metered dimensions a contract can price. Each but `outcomes` maps to one whitelisted ClickHouse
+aggregate; outcomes are billed from billing.models.Outcome once confirmed (declared in a record or
+through the API, pending for the contract's verification window)."""
 
 from __future__ import annotations
 
@@ -16,6 +18,8 @@ class Dimension(models.TextChoices):
     ROUTING_HOPS = "routing_hops", "Routing hops"
     L2_MISSES = "l2_misses", "Expert-cache misses (L2)"
     L3_SECONDS = "l3_seconds", "GPU time (L3 seconds)"
+    DISTINCT_EXPERTS = "distinct_experts", "Distinct experts per request"
+    OUTCOMES = "outcomes", "Verified outcomes"
 
 
 # Integer aggregates over the records table; values are summed exactly, then scaled below.
@@ -28,6 +32,7 @@ AGGREGATES: dict[str, str] = {
     Dimension.ROUTING_HOPS: "sum(length(hops))",
     Dimension.L2_MISSES: "sum(expert_cache_misses)",
     Dimension.L3_SECONDS: "sum(l3_latency_us)",
+    Dimension.DISTINCT_EXPERTS: "sum(distinct_experts)",
 }
 
 # Divisor turning the integer aggregate into the billed unit (µs → seconds).

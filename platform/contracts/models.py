@@ -1,15 +1,26 @@
+from decimal import Decimal
+
+from django.core.exceptions import ValidationError
+from django.core.validators import MinValueValidator
 from django.db import models
 
 from accounts.models import Tenant
 from accounts.validators import validate_slug_code
 from catalog.models import ComputePackage
 
-from .dimensions import Dimension
 from .money import CURRENCY_CHOICES, DEFAULT_CURRENCY, validate_currency
+
+ZERO = Decimal(0)
 
 
 class Contract(models.Model):
-    """A tenant's contract for one compute package. `code` is the `contract` field of each record."""
+    """A tenant's contract for one compute package. `code` is the `contract` field of each record.
+
+    Besides the per-dimension charges (ContractPrice) the contract carries the period terms: a base fee
+    billed in advance or in arrears, a minimum commitment (a true-up line tops the usage up to it), tax,
+    a grace period for late records before the invoice is finalised, the late-usage policy, and which
+    invoice line kinds prepaid credits may pay, in order.
+    """
 
     class Period(models.TextChoices):
         MONTHLY = "monthly", "Monthly"
@@ -17,6 +28,14 @@ class Contract(models.Model):
     class Status(models.TextChoices):
         ACTIVE = "active", "Active"
         ENDED = "ended", "Ended"
+
+    class FeeTiming(models.TextChoices):
+        ADVANCE = "advance", "In advance (the coming period)"
+        ARREARS = "arrears", "In arrears (the closed period)"
+
+    class LateUsage(models.TextChoices):
+        NEXT_INVOICE = "next_invoice", "Adjustment lines on the next invoice"
+        IGNORE_AFTER = "ignore_after", "Adjust on the next invoice unless older than late_usage_days; report"
 
     code = models.CharField(max_length=64, unique=True, validators=[validate_slug_code])
     tenant = models.ForeignKey(Tenant, on_delete=models.PROTECT, related_name="contracts")
@@ -29,27 +48,126 @@ class Contract(models.Model):
     starts_at = models.DateTimeField()
     ends_at = models.DateTimeField(null=True, blank=True)
     created_at = models.DateTimeField(auto_now_add=True)
+    issuing_entity = models.CharField(
+        max_length=64, default="treemeter", help_text="Invoice numbers are gapless per issuing entity."
+    )
+    base_fee = models.DecimalField(
+        max_digits=20, decimal_places=8, default=ZERO, validators=[MinValueValidator(0)]
+    )
+    base_fee_timing = models.CharField(max_length=8, choices=FeeTiming.choices, default=FeeTiming.ARREARS)
+    minimum_commitment = models.DecimalField(
+        max_digits=20,
+        decimal_places=2,
+        default=ZERO,
+        validators=[MinValueValidator(0)],
+        help_text="Per period, against usage charges + base fee before discounts.",
+    )
+    tax_rate = models.DecimalField(
+        max_digits=6,
+        decimal_places=4,
+        default=ZERO,
+        validators=[MinValueValidator(0)],
+        help_text="0.06 = 6 %.",
+    )
+    tax_inclusive = models.BooleanField(default=False, help_text="Prices include the tax.")
+    grace_days = models.PositiveIntegerField(default=0, help_text="Days after the period for late records.")
+    late_usage_policy = models.CharField(
+        max_length=16, choices=LateUsage.choices, default=LateUsage.NEXT_INVOICE
+    )
+    late_usage_days = models.PositiveIntegerField(default=90)
+    outcome_window_hours = models.PositiveIntegerField(
+        default=72, help_text="How long a declared outcome stays pending for confirmation or revocation."
+    )
+    outcome_on_expiry = models.CharField(
+        max_length=8,
+        choices=[("confirm", "Confirm when the window closes"), ("revoke", "Revoke when the window closes")],
+        default="confirm",
+    )
+    outcome_rule = models.TextField(
+        blank=True,
+        help_text="Confirms outcomes at once, e.g. 'outcome_f1 >= 0.92 and p99_latency_ms <= 300'.",
+    )
+    credit_order = models.JSONField(
+        default=list,
+        blank=True,
+        help_text='Line kinds credits may pay, in order, e.g. ["usage", "base_fee"]; empty: all.',
+    )
 
     class Meta:
         ordering = ["code"]
+        constraints = [
+            models.CheckConstraint(condition=models.Q(base_fee__gte=0), name="base_fee_not_negative"),
+            models.CheckConstraint(
+                condition=models.Q(minimum_commitment__gte=0), name="commitment_not_negative"
+            ),
+            models.CheckConstraint(condition=models.Q(tax_rate__gte=0), name="tax_rate_not_negative"),
+        ]
 
     def __str__(self) -> str:
         return self.code
 
 
+class ContractMetric(models.Model):
+    """A custom metric: an expression over record fields (billing.expressions), priced like a dimension."""
+
+    contract = models.ForeignKey(Contract, on_delete=models.CASCADE, related_name="metrics")
+    code = models.CharField(max_length=32, validators=[validate_slug_code])
+    name = models.CharField(max_length=200)
+    expression = models.TextField()
+
+    class Meta:
+        ordering = ["contract", "code"]
+        constraints = [models.UniqueConstraint(fields=["contract", "code"], name="one_metric_per_code")]
+
+    def __str__(self) -> str:
+        return f"{self.contract.code} {self.code} = {self.expression}"
+
+
 class ContractPrice(models.Model):
-    """A per-unit price for one metered dimension, in the contract's currency."""
+    """The charge for one metered dimension (or custom metric code), in the contract's currency.
+
+    `charge_model` picks billing.charge_models; `per_unit` uses `unit_price`, the others `properties`
+    (tiers, package size, rate, minimum/maximum). `included_quantity` is free each period (the quota);
+    what exceeds it is the overage that the charge model prices.
+    """
+
+    class ChargeModel(models.TextChoices):
+        PER_UNIT = "per_unit", "Per unit"
+        GRADUATED = "graduated", "Graduated tiers"
+        VOLUME = "volume", "Volume tiers"
+        PACKAGE = "package", "Package (per block of N)"
+        PERCENTAGE = "percentage", "Percentage of value"
 
     contract = models.ForeignKey(Contract, on_delete=models.CASCADE, related_name="prices")
-    dimension = models.CharField(max_length=32, choices=Dimension.choices)
-    unit_price = models.DecimalField(max_digits=20, decimal_places=8)
+    dimension = models.CharField(max_length=32, help_text="A Dimension value or a ContractMetric code.")
+    charge_model = models.CharField(max_length=16, choices=ChargeModel.choices, default=ChargeModel.PER_UNIT)
+    unit_price = models.DecimalField(max_digits=20, decimal_places=8, default=ZERO)
+    properties = models.JSONField(default=dict, blank=True)
+    included_quantity = models.DecimalField(max_digits=24, decimal_places=6, default=ZERO)
 
     class Meta:
         ordering = ["contract", "dimension"]
         constraints = [
             models.UniqueConstraint(fields=["contract", "dimension"], name="one_price_per_dimension"),
             models.CheckConstraint(condition=models.Q(unit_price__gte=0), name="unit_price_not_negative"),
+            models.CheckConstraint(
+                condition=models.Q(included_quantity__gte=0), name="included_not_negative"
+            ),
         ]
 
     def __str__(self) -> str:
-        return f"{self.contract.code} {self.dimension} @ {self.unit_price}"
+        return f"{self.contract.code} {self.dimension} {self.charge_model}"
+
+    def clean(self) -> None:
+        """The admin's forms get the same checks as the API (contracts.services.set_charge)."""
+        from billing.errors import TermsError  # billing depends on contracts, not the other way round
+        from billing.terms import validate_charge
+
+        properties = dict(self.properties or {})
+        if self.charge_model == self.ChargeModel.PER_UNIT:
+            properties.setdefault("unit_price", str(self.unit_price))
+        codes = set(self.contract.metrics.values_list("code", flat=True)) if self.contract_id else set()
+        try:
+            validate_charge(self.dimension, self.charge_model, properties, codes)
+        except TermsError as error:
+            raise ValidationError(f"{error.message} ({error.code})") from None

@@ -1,4 +1,4 @@
-"""Seed the demo tenant, package, contract and agent (idempotent)."""
+"""Seed the demo tenants, packages, contracts, customer API keys and the agent (idempotent)."""
 
 from __future__ import annotations
 
@@ -16,54 +16,119 @@ from agents.services import register_agent
 from catalog.models import ComputePackage
 from contracts.dimensions import Dimension
 from contracts.models import Contract, ContractPrice
+from entitlements.services import issue_api_key
 from treemeter_records import private_key_from_seed, public_key_to_b64
 
-DEMO_PRICES = {
-    Dimension.REQUESTS: Decimal("0.05"),
-    Dimension.TOKENS_IN: Decimal("0.00002"),
-    Dimension.TOKENS_OUT: Decimal("0.00006"),
-    Dimension.EXPERT_TOKENS: Decimal("0.000001"),
-    Dimension.L3_SECONDS: Decimal("0.80"),
-}
+AGENT_ID = "agent-demo-1"
+
+
+@dataclass(frozen=True)
+class DemoContract:
+    tenant: str
+    tenant_name: str
+    package: str
+    package_name: str
+    code: str
+    currency: str
+    prices: dict[str, Decimal]
+    sla_classes: tuple[str, ...]
+
+
+DEMO_CONTRACTS = (
+    DemoContract(
+        "acme-legal", "Acme Legal 律所", "contract-review", "Contract review 合同审查",
+        "acme-legal-review-2026", "CNY",
+        {
+            Dimension.REQUESTS: Decimal("0.05"),
+            Dimension.TOKENS_IN: Decimal("0.00002"),
+            Dimension.TOKENS_OUT: Decimal("0.00006"),
+            Dimension.EXPERT_TOKENS: Decimal("0.000001"),
+            Dimension.L3_SECONDS: Decimal("0.80"),
+        },
+        ("gold", "standard"),
+    ),
+    DemoContract(
+        "st-mary", "St Mary Hospital", "patient-matching", "Patient matching",
+        "st-mary-matching-2026", "USD",
+        {
+            Dimension.REQUESTS: Decimal("0.01"),
+            Dimension.TOKENS_OUT: Decimal("0.00004"),
+            Dimension.L2_MISSES: Decimal("0.0001"),
+        },
+        ("gold",),
+    ),
+    DemoContract(
+        "nova-research", "Nova Research", "batch-summaries", "Batch summaries",
+        "nova-batch-2026", "EUR",
+        {Dimension.TOKENS_IN: Decimal("0.00001"), Dimension.TOKENS_OUT: Decimal("0.00003")},
+        ("batch",),
+    ),
+)  # fmt: skip
+
+
+@dataclass(frozen=True)
+class DemoKey:
+    contract: Contract
+    sla_class: str
+    secret: str
 
 
 @dataclass(frozen=True)
 class DemoSetup:
-    tenant: Tenant
-    package: ComputePackage
-    contract: Contract
+    contracts: list[Contract]
+    keys: list[DemoKey]
     agent_id: str
     agent_seed: bytes
 
+    @property
+    def contract(self) -> Contract:
+        """The first demo contract (acme-legal), which bench/ingest.py loads with synthetic records."""
+        return self.contracts[0]
+
+    @property
+    def tenant(self) -> Tenant:
+        return self.contract.tenant
+
+    @property
+    def package(self) -> ComputePackage:
+        return self.contract.package
+
 
 def seed_demo(data_dir: Path) -> DemoSetup:
-    tenant, _ = Tenant.objects.get_or_create(code="acme-legal", defaults={"name": "Acme Legal 律所"})
-    package, _ = ComputePackage.objects.get_or_create(
-        code="contract-review", defaults={"name": "Contract review 合同审查", "unit": "request"}
-    )
-    contract, _ = Contract.objects.get_or_create(
-        code="acme-legal-review-2026",
-        defaults={
-            "tenant": tenant,
-            "package": package,
-            "currency": "CNY",
-            "starts_at": datetime(2026, 1, 1, tzinfo=UTC),
-        },
-    )
-    for dimension, price in DEMO_PRICES.items():
-        ContractPrice.objects.get_or_create(
-            contract=contract, dimension=dimension, defaults={"unit_price": price}
+    """Tenants, packages, contracts and prices; a fresh API key per SLA class; the agent's registration."""
+    contracts = []
+    keys = []
+    for spec in DEMO_CONTRACTS:
+        tenant, _ = Tenant.objects.get_or_create(code=spec.tenant, defaults={"name": spec.tenant_name})
+        package, _ = ComputePackage.objects.get_or_create(
+            code=spec.package, defaults={"name": spec.package_name, "unit": "request"}
         )
+        contract, _ = Contract.objects.get_or_create(
+            code=spec.code,
+            defaults={
+                "tenant": tenant,
+                "package": package,
+                "currency": spec.currency,
+                "starts_at": datetime(2026, 1, 1, tzinfo=UTC),
+            },
+        )
+        for dimension, price in spec.prices.items():
+            ContractPrice.objects.get_or_create(
+                contract=contract, dimension=dimension, defaults={"unit_price": price}
+            )
+        contracts.append(contract)
+        for sla_class in spec.sla_classes:
+            issued = issue_api_key(contract_code=contract.code, sla_class=sla_class, name="demo")
+            keys.append(DemoKey(contract, sla_class, issued.secret))
     seed = _read_or_create_seed(data_dir / "demo-agent-key")
-    agent_id = "agent-demo-1"
     register_agent(
-        agent_id=agent_id,
+        agent_id=AGENT_ID,
         public_key_b64=public_key_to_b64(private_key_from_seed(seed)),
-        tenant_codes=[tenant.code],
-        contract_codes=[contract.code],
+        tenant_codes=[],
+        contract_codes=[c.code for c in contracts],
         host_class="cpu-demo",
     )
-    return DemoSetup(tenant, package, contract, agent_id, seed)
+    return DemoSetup(contracts, keys, AGENT_ID, seed)
 
 
 def ensure_admin(data_dir: Path) -> tuple[str, str]:

@@ -5,6 +5,8 @@ with the batch, under a per-agent row lock, so a replayed batch (also several at
 that answer back and stores nothing. Sequence numbers already stored for the agent are duplicates.
 A failure before commit stores nothing in PostgreSQL; the ClickHouse insert carries a deduplication
 token derived from the batch, so the retry after such a failure does not store the records twice.
+Accepted records are appended to the verifiable log (ledger.services.append_batch) in the same
+transaction, after the answer is saved: exactly once, in ingest order.
 """
 
 from __future__ import annotations
@@ -25,6 +27,7 @@ from agents.models import Agent
 from agents.selectors import agent_scope, key_with_agent
 from clickhouse_store import query
 from contracts.models import Contract
+from ledger.services import AcceptedRecord, append_batch, record_gap_events
 from treemeter_records import (
     BatchError,
     ParsedBatch,
@@ -60,6 +63,8 @@ class IngestAnswer:
 @dataclass
 class _Sorted:
     accepted: list[tuple[int, bytes]] = field(default_factory=list)  # (seq, line)
+    logged: list[AcceptedRecord] = field(default_factory=list)  # parallel to accepted
+    line_seqs: list[int] = field(default_factory=list)  # the readable seqs of all lines, in order
     duplicate: int = 0
     rejections: list[dict[str, Any]] = field(default_factory=list)
 
@@ -85,7 +90,7 @@ def ingest_batch(body: bytes, *, now: datetime | None = None) -> IngestAnswer:
         raise IngestRefused(403, "agent_disabled", f"Agent {key.agent.agent_id} is disabled.")
     try:
         check_batch_signature(batch, base64.b64decode(key.public_key))
-        check_merkle_root(batch)
+        leaves = check_merkle_root(batch)
     except BatchError as error:
         raise IngestRefused(error.http_status, error.code, error.message) from None
 
@@ -124,6 +129,9 @@ def ingest_batch(body: bytes, *, now: datetime | None = None) -> IngestAnswer:
         RejectedRecord.objects.bulk_create(
             RejectedRecord(batch=saved, agent=agent, **rejection) for rejection in result.rejections
         )
+        append_batch(
+            saved, body, batch.header_bytes, batch.signature, leaves, result.line_seqs, result.logged
+        )
     return answer
 
 
@@ -135,6 +143,9 @@ def _sort_records(agent: Agent, batch: ParsedBatch, ranges: list[sequences.Range
         max_future_ns=settings.INGEST_MAX_FUTURE_SKEW_SECONDS * 1_000_000_000,
     )
     result = _Sorted()
+    result.line_seqs = sorted(
+        [seq for seq, _ in checked.valid] + [p["seq"] for p in checked.problems if p["seq"] is not None]
+    )
     for problem in checked.problems:
         result.rejections.append(
             _rejection(
@@ -146,7 +157,7 @@ def _sort_records(agent: Agent, batch: ParsedBatch, ranges: list[sequences.Range
             )
         )
     scope = agent_scope(agent.pk)
-    candidates: list[tuple[int, str, bytes]] = []  # (seq, record_id, line) that passed every check
+    candidates: list[tuple[int, str, bytes, AcceptedRecord]] = []  # (seq, record_id, line, log entry)
     contract_codes = {record["contract"] for _, record in checked.valid}
     contracts = {
         code: (tenant, package)
@@ -162,13 +173,17 @@ def _sort_records(agent: Agent, batch: ParsedBatch, ranges: list[sequences.Range
             result.rejections.append(_rejection(seq, record_id, *refusal))
             continue
         seen_ids.add(record_id)
-        candidates.append((seq, record_id, batch.lines[index]))
+        entry = AcceptedRecord(
+            index, seq, record_id, record["tenant"], record["contract"], record["start_ns"]
+        )
+        candidates.append((seq, record_id, batch.lines[index], entry))
 
-    already = sequences.covered(ranges, [seq for seq, _, _ in candidates])
+    already = sequences.covered(ranges, [seq for seq, _, _, _ in candidates])
     stored_ids = _stored_record_ids(agent.agent_id, sorted(already)) if already else {}
-    for seq, record_id, line in candidates:
+    for seq, record_id, line, entry in candidates:
         if seq not in already:
             result.accepted.append((seq, line))
+            result.logged.append(entry)
         elif stored_ids.get(seq) == record_id:
             result.duplicate += 1
         else:
@@ -233,9 +248,10 @@ def _advance_ranges(agent: Agent, before: list[sequences.Range], stored: list[in
     }
     closed = [gap.pk for span, gap in open_gaps.items() if span not in missing]
     SequenceGap.objects.filter(pk__in=closed).update(closed_at=timezone.now())
-    SequenceGap.objects.bulk_create(
+    opened = SequenceGap.objects.bulk_create(
         SequenceGap(agent=agent, first_missing=a, last_missing=b) for a, b in sorted(missing - set(open_gaps))
     )
+    record_gap_events(agent, opened)
 
 
 def _answer(header_digest: str, header: dict[str, Any], result: _Sorted) -> IngestAnswer:

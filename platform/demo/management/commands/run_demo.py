@@ -1,55 +1,54 @@
-"""`make run`: the whole path on embedded defaults — seed, sign and send batches, invoice, serve."""
+"""`make run`: the whole path on embedded defaults — a real agent serves MoE requests for several
+tenants, packages and SLA classes; its signed records are ingested and invoiced."""
 
 from __future__ import annotations
 
+import itertools
 import time
 from argparse import ArgumentParser
-from decimal import Decimal
+from datetime import UTC, datetime, timedelta
 from typing import Any, TextIO, cast
 
+import httpx
 from django.conf import settings
 from django.core.management import call_command
 from django.core.management.base import BaseCommand, CommandError
-from django.db.models import Max
-from django.utils import timezone
 from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
-from billing.models import Invoice
-from billing.periods import month_bounds, previous_month
 from billing.presentation import invoice_table
 from billing.selectors import invoice_with_lines
-from billing.tasks import generate_invoice_task
+from billing.services import generate_invoice
+from clickhouse_store import query
 from clickhouse_store.migrator import apply_migrations
-from compute_agents.synthetic import Workload, synthetic_records
 from contracts.money import round_money
+from demo.agent import RunningAgent, start_agent
 from demo.server import start_api_server
 from demo.services import DemoSetup, ensure_admin, seed_demo
-from ingest.models import SequenceRange
-from treemeter_records import IngestClient, build_batch, private_key_from_seed
+
+PROMPTS = (
+    "Review the payment clause: the party shall pay each invoice within thirty days.",
+    "合同审查：付款条款与责任条款是否一致？",
+    "Match the patient record to the diagnosis report from the hospital.",
+    "Summarise the liability and indemnity terms of the agreement.",
+    "患者诊断报告摘要",
+)
 
 
 class Command(BaseCommand):
-    help = "Run the demo: seed, send signed batches through the ingest API, invoice, and serve the API."
+    help = "Run the demo: a real agent serves requests, its records are ingested and invoiced; serve the API."
 
     def add_arguments(self, parser: ArgumentParser) -> None:
-        parser.add_argument("--records", type=int, default=5_000)
-        parser.add_argument("--batch-size", type=int, default=1_000)
+        parser.add_argument("--requests", type=int, default=60, help="Requests sent through the agent.")
         parser.add_argument("--host", default="127.0.0.1")
         parser.add_argument("--port", type=int, default=8000, help="0 picks a free port.")
-        parser.add_argument("--month", help="YYYY-MM, a closed month (default: the previous month).")
-        parser.add_argument("--no-serve", action="store_true", help="Exit after printing the invoice.")
+        parser.add_argument("--no-serve", action="store_true", help="Exit after printing the invoices.")
 
     def handle(self, *args: Any, **options: Any) -> None:
         console = Console(file=cast(TextIO, self.stdout), width=110)
-        month = options["month"] or previous_month(timezone.now())
-        try:
-            start, end = month_bounds(month)
-        except ValueError as error:
-            raise CommandError(str(error)) from None
-        if options["records"] < 1 or options["batch_size"] < 1:
-            raise CommandError("--records and --batch-size must be positive.")
-
+        if options["requests"] < 1:
+            raise CommandError("--requests must be positive.")
+        period_start = datetime.now(UTC).replace(microsecond=0)
         with console.status("Preparing PostgreSQL and ClickHouse schemas…"):
             call_command("migrate", verbosity=0)
             apply_migrations()
@@ -62,79 +61,113 @@ class Command(BaseCommand):
             raise CommandError(
                 f"Cannot listen on {options['host']}:{options['port']}: {error}. Try --port 0."
             ) from None
-        console.print(f"API listening at {url}")
-
-        invoiced = Invoice.objects.filter(contract=setup.contract, period_start=start, period_end=end).first()
-        if invoiced is None:
-            self._send_records(console, setup, url, options["records"], options["batch_size"], start, end)
-            invoice_id = generate_invoice_task.delay(setup.contract.code, month).get()
-        else:
-            console.print(f"[yellow]{month} is already invoiced in this data dir; showing that invoice.[/]")
-            invoice_id = invoiced.pk
-
-        invoice = invoice_with_lines(invoice_id)
-        console.print(invoice_table(invoice))
-        mismatched = [
-            line
-            for line in invoice.lines.all()
-            if line.amount != round_money(line.quantity * line.unit_price, invoice.currency)
-        ]
-        total_ok = invoice.total == sum((line.amount for line in invoice.lines.all()), Decimal(0))
-        if mismatched or not total_ok:
-            raise CommandError(f"Invoice check failed: lines {mismatched}, total ok {total_ok}.")
+        console.print(f"Platform API at {url}")
+        with console.status("Starting the compute agent (tiny Qwen3-MoE on CPU)…"):
+            running = start_agent(settings.DATA_DIR, setup.agent_id, setup.agent_seed, url, options["host"])
+        engine = running.agent.service.engine
         console.print(
-            "[green]Check: every line amount = quantity × unit price (rounded to 0.01), total = Σ lines.[/]"
+            f"Agent {setup.agent_id} at {running.url}  ·  model {engine.model_id}  ·  weights sha3 "
+            f"{engine.weights_sha3[:16]}…"
         )
+        try:
+            self._send_requests(console, setup, running, options["requests"])
+            shipped = running.agent.shipper.drain()
+            console.print(
+                f"Shipper: {shipped} records signed and acknowledged by the platform (rest shipped live)"
+            )
+            self._invoice(console, setup, period_start)
+        finally:
+            running.stop()
         console.print(f"Admin: {url}/admin/  user {admin_user}  password {admin_password}")
-        console.print(f"Invoice JSON: {url}/v1/invoices/{invoice.pk}  ·  API docs: {url}/v1/docs")
+        console.print(f"API docs: {url}/v1/docs  ·  agent metrics were at {running.url}/metrics")
         if options["no_serve"]:
             server.shutdown()
             return
-        console.print("Serving; press Ctrl-C to stop.")
+        console.print("Serving the platform API; press Ctrl-C to stop.")
         try:
             while True:
                 time.sleep(3600)
         except KeyboardInterrupt:
             server.shutdown()
 
-    def _send_records(
-        self, console: Console, setup: DemoSetup, url: str, count: int, batch_size: int, start: Any, end: Any
-    ) -> None:
-        workload = Workload(
-            agent_id=setup.agent_id,
-            tenant=setup.tenant.code,
-            contract=setup.contract.code,
-            package=setup.package.code,
-        )
-        last = SequenceRange.objects.filter(agent__agent_id=setup.agent_id).aggregate(m=Max("last_seq"))["m"]
-        first_seq = 0 if last is None else last + 1
-        records = list(
-            synthetic_records(
-                workload,
-                first_seq=first_seq,
-                count=count,
-                start_ns=int(start.timestamp()) * 1_000_000_000,
-                end_ns=int(end.timestamp()) * 1_000_000_000,
-            )
-        )
-        key = private_key_from_seed(setup.agent_seed)
-        client = IngestClient(url)
-        totals = {"accepted": 0, "duplicate": 0, "rejected": 0}
+    def _send_requests(self, console: Console, setup: DemoSetup, running: RunningAgent, count: int) -> None:
+        """A mix over tenants, SLA classes and both endpoints, plus a bad key and a malformed body."""
+        statuses: dict[int, int] = {}
+        keys = itertools.cycle(setup.keys)
+        prompts = itertools.cycle(PROMPTS)
         columns = [
-            TextColumn("Sending signed batches"),
+            TextColumn("Requests through the agent"),
             BarColumn(),
             MofNCompleteColumn(),
             TimeElapsedColumn(),
         ]
-        with Progress(*columns, console=console) as progress:
-            task = progress.add_task("send", total=count)
-            for offset in range(0, count, batch_size):
-                chunk = records[offset : offset + batch_size]
-                answer = client.send(build_batch(chunk, setup.agent_id, key))
-                for name in totals:
-                    totals[name] += getattr(answer, name)
-                progress.advance(task, len(chunk))
+        with (
+            httpx.Client(base_url=running.url, timeout=60) as client,
+            Progress(*columns, console=console) as bar,
+        ):
+            task = bar.add_task("requests", total=count + 2)
+            for index in range(count):
+                key, prompt = next(keys), next(prompts)
+                headers = {"Authorization": f"Bearer {key.secret}", "X-Request-Id": f"demo-{index}"}
+                if index % 3 == 2:
+                    body: dict[str, Any] = {
+                        "model": "tiny",
+                        "messages": [{"role": "user", "content": prompt}],
+                        "max_tokens": 12,
+                    }
+                    answer = client.post("/v1/chat/completions", json=body, headers=headers)
+                else:
+                    body = {"model": "tiny", "prompt": prompt, "max_tokens": 8 + index % 16}
+                    answer = client.post("/v1/completions", json=body, headers=headers)
+                statuses[answer.status_code] = statuses.get(answer.status_code, 0) + 1
+                bar.advance(task)
+            unknown = client.post(
+                "/v1/completions",
+                json={"model": "tiny", "prompt": "x"},
+                headers={"Authorization": "Bearer tmk_not-a-key"},
+            )
+            malformed = client.post(
+                "/v1/completions",
+                json={"model": "tiny"},
+                headers={"Authorization": f"Bearer {setup.keys[0].secret}"},
+            )
+            for answer in (unknown, malformed):
+                statuses[answer.status_code] = statuses.get(answer.status_code, 0) + 1
+                bar.advance(task)
         console.print(
-            f"Ingest: {totals['accepted']} accepted, {totals['duplicate']} duplicate, "
-            f"{totals['rejected']} rejected"
+            "Agent answers: "
+            + ", ".join(f"{n} × HTTP {code}" for code, n in sorted(statuses.items()))
+            + "  (401: unknown key, no record; 400: malformed, an unbilled 'rejected' record)"
+        )
+        if statuses.get(200) != count:
+            raise CommandError(f"Only {statuses.get(200, 0)} of {count} requests were served.")
+
+    def _invoice(self, console: Console, setup: DemoSetup, period_start: datetime) -> None:
+        period_end = datetime.now(UTC).replace(microsecond=0) + timedelta(seconds=1)
+        while datetime.now(UTC) < period_end:
+            time.sleep(0.05)
+        for contract in setup.contracts:
+            records, served = query.select(
+                f"SELECT count(), countIf(status = 'ok') FROM {query.RECORDS} "  # noqa: S608 - constant table name
+                "WHERE contract = {contract:String} AND start_time >= {start:DateTime64(9, 'UTC')} "
+                "AND start_time < {end:DateTime64(9, 'UTC')}",
+                {"contract": contract.code, "start": period_start, "end": period_end},
+            )[0]
+            invoice = invoice_with_lines(generate_invoice(contract.pk, period_start, period_end).pk)
+            console.print(invoice_table(invoice))
+            console.print(
+                f"ClickHouse: {records} records for {contract.code} in this run, {served} served (billed)"
+            )
+            mismatched = [
+                line
+                for line in invoice.lines.all()
+                if line.amount != round_money(line.quantity * line.unit_price, invoice.currency)
+            ]
+            if mismatched or invoice.record_count != records:
+                raise CommandError(
+                    f"Invoice check failed for {contract.code}: lines {mismatched}, "
+                    f"records {invoice.record_count} on the invoice vs {records} stored."
+                )
+        console.print(
+            "[green]Check: every line amount = quantity × unit price (rounded); records all invoiced.[/]"
         )

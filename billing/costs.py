@@ -1,0 +1,118 @@
+"""Cost attribution and gross margin.
+
+Each record costs its L3 (GPU) seconds at its host class's depreciation + power per hour, plus its
+L1 + L2 seconds at operations per hour (catalog.HostCostProfile; the host class is the agent's). One
+ClickHouse query sums the layer times per (agent, tenant, contract, package); the profiles are applied
+per agent, never per record. Revenue is what the period's invoices billed before tax.
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from dataclasses import dataclass
+from datetime import datetime
+from decimal import Decimal
+
+from django.db.models import Sum
+
+from agents.models import Agent
+from catalog.models import ComputePackage, HostCostProfile
+from clickhouse_store import query
+from contracts.money import round_money
+
+from .models import Invoice
+
+ZERO = Decimal(0)
+US_PER_HOUR = Decimal(3_600_000_000)
+GROUPS = {"contract": 2, "package": 3, "tenant": 1}
+
+_COST_SQL = (
+    "SELECT agent_id, tenant, contract, package, count(), sum(l3_latency_us), "  # noqa: S608
+    f"sum(l1_latency_us + l2_latency_us) FROM {query.RECORDS} "
+    "WHERE status = 'ok' AND start_time >= {start:DateTime64(9, 'UTC')} "
+    "AND start_time < {end:DateTime64(9, 'UTC')} AND ({package:String} = '' OR package = {package:String}) "
+    "GROUP BY agent_id, tenant, contract, package"
+)
+
+
+@dataclass(frozen=True)
+class CostRow:
+    key: str
+    requests: int
+    cost: Decimal
+    unpriced_requests: int  # served by hosts without a cost profile: their cost is unknown, not zero
+    revenue: Decimal
+
+    @property
+    def cost_per_request(self) -> Decimal | None:
+        priced = self.requests - self.unpriced_requests
+        return (self.cost / priced).quantize(Decimal("1E-6")) if priced else None
+
+    @property
+    def gross_margin(self) -> Decimal | None:
+        """(revenue − cost) / revenue; None without revenue or while some cost is unknown."""
+        if not self.revenue or self.unpriced_requests:
+            return None
+        return ((self.revenue - self.cost) / self.revenue).quantize(Decimal("1E-4"))
+
+
+def record_cost(profile: HostCostProfile, l3_us: int, l1_l2_us: int) -> Decimal:
+    gpu = (profile.depreciation_per_hour + profile.power_per_hour) * Decimal(l3_us)
+    return (gpu + profile.operations_per_hour * Decimal(l1_l2_us)) / US_PER_HOUR
+
+
+def _attributed(start: datetime, end: datetime, package: str = "") -> list[tuple[tuple, Decimal | None]]:
+    """Each (agent, tenant, contract, package) row with its cost, None where the host has no profile."""
+    rows = query.select(_COST_SQL, {"start": start, "end": end, "package": package})
+    host_of = dict(Agent.objects.values_list("agent_id", "host_class"))
+    profiles = {p.host_class: p for p in HostCostProfile.objects.all()}
+    attributed = []
+    for row in rows:
+        profile = profiles.get(host_of.get(row[0], ""))
+        attributed.append((row, None if profile is None else record_cost(profile, int(row[5]), int(row[6]))))
+    return attributed
+
+
+def cost_report(start: datetime, end: datetime, by: str = "contract") -> list[CostRow]:
+    """Cost, cost per request, revenue and gross margin per contract, package or tenant, for [start, end).
+    Costs are in the profiles' currency; margins assume it is the invoices' (one currency, CNY)."""
+    if by not in GROUPS:
+        raise ValueError(f"group by one of {', '.join(GROUPS)}, not {by!r}")
+    requests: dict[str, int] = defaultdict(int)
+    unpriced: dict[str, int] = defaultdict(int)
+    cost: dict[str, Decimal] = defaultdict(Decimal)
+    for row, row_cost in _attributed(start, end):
+        key = row[GROUPS[by]]
+        requests[key] += int(row[4])
+        if row_cost is None:
+            unpriced[key] += int(row[4])
+        else:
+            cost[key] += row_cost
+    revenue = _revenue(start, end, by)
+    return [
+        CostRow(key, requests[key], cost[key], unpriced[key], revenue.get(key, ZERO))
+        for key in sorted(set(requests) | set(revenue))
+    ]
+
+
+def _revenue(start: datetime, end: datetime, by: str) -> dict[str, Decimal]:
+    field = {"contract": "contract__code", "package": "contract__package__code", "tenant": "tenant__code"}[by]
+    billed = (
+        Invoice.objects.filter(period_start__gte=start, period_end__lte=end)
+        .exclude(status=Invoice.Status.VOID)
+        .values(field)
+        .annotate(revenue=Sum("subtotal"))
+    )
+    return {row[field]: row["revenue"] for row in billed}
+
+
+def suggested_base_fee(
+    package: ComputePackage, start: datetime, end: datetime, currency: str = "CNY"
+) -> Decimal:
+    """The package's cost per contract that used it in [start, end), × its margin factor (default 1.3)."""
+    attributed = _attributed(start, end, package.code)
+    contracts = {row[2] for row, _ in attributed}
+    total = sum((row_cost for _, row_cost in attributed if row_cost is not None), ZERO)
+    if not contracts:
+        return ZERO
+    return round_money(total / len(contracts) * package.margin_factor, currency)

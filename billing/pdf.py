@@ -1,0 +1,201 @@
+"""Invoice PDFs in English or Simplified Chinese (ReportLab, with an embedded TrueType CJK font).
+
+ReportLab's built-in CID font STSong-Light is not embedded, so viewers without Asian font packs show
+blanks; we embed a subset of WenQuanYi Zen Hei (Debian `fonts-wqy-zenhei`) instead.
+"""
+
+from __future__ import annotations
+
+from decimal import Decimal
+from io import BytesIO
+from pathlib import Path
+
+from reportlab.lib import colors
+from reportlab.lib.pagesizes import A4
+from reportlab.lib.styles import ParagraphStyle
+from reportlab.lib.units import mm
+from reportlab.pdfbase import pdfmetrics
+from reportlab.pdfbase.ttfonts import TTFont
+from reportlab.platypus import Paragraph, SimpleDocTemplate, Spacer, Table, TableStyle
+
+from .errors import BillingError, InvalidRequest
+from .models import Invoice, InvoiceLine
+
+CJK_FONT_PATHS = (Path("/usr/share/fonts/truetype/wqy/wqy-zenhei.ttc"),)
+FONT = "WenQuanYiZenHei"
+
+TEXT = {
+    "en": {
+        "invoice": "Invoice",
+        "draft": "Draft invoice (not final)",
+        "customer": "Customer",
+        "contract": "Contract",
+        "period": "Period (UTC, end exclusive)",
+        "status": "Status",
+        "item": "Item",
+        "quantity": "Quantity",
+        "unit_price": "Unit price",
+        "amount": "Amount",
+        "subtotal": "Subtotal",
+        "tax": "Tax",
+        "tax_inclusive": "Tax (included)",
+        "total": "Total",
+        "credits": "Prepaid credits",
+        "due": "Amount due",
+        "checkpoint": "Ledger checkpoint",
+        "none": "none (not yet provided by the ledger)",
+        "rounding": "Each line is rounded once, half up, to the currency's minor unit.",
+    },
+    "zh-Hans": {
+        "invoice": "发票",
+        "draft": "发票草稿（未定稿）",
+        "customer": "客户",
+        "contract": "合同",
+        "period": "账期（UTC，结束时间不含）",
+        "status": "状态",
+        "item": "项目",
+        "quantity": "数量",
+        "unit_price": "单价",
+        "amount": "金额",
+        "subtotal": "小计",
+        "tax": "税额",
+        "tax_inclusive": "税额（已含）",
+        "total": "合计",
+        "credits": "预付额度抵扣",
+        "due": "应付金额",
+        "checkpoint": "账本检查点",
+        "none": "无（账本尚未提供）",
+        "rounding": "每行金额按币种最小单位四舍五入一次。",
+    },
+}
+
+
+# Chinese names of the built-in dimensions and line kinds (other lines keep their description).
+ZH_ITEMS = {
+    "requests": "请求数",
+    "tokens_in": "输入 token",
+    "tokens_out": "输出 token",
+    "cached_tokens": "前缀缓存命中 token",
+    "expert_tokens": "专家 token 激活",
+    "routing_hops": "路由跳数",
+    "l2_misses": "专家缓存未命中 (L2)",
+    "l3_seconds": "GPU 时间 (L3 秒)",
+    "distinct_experts": "每请求不同专家数",
+    "outcomes": "已验证结果",
+    "base_fee": "基本费",
+    "commitment": "最低承诺补足",
+    "discount": "折扣",
+    "adjustment": "迟到用量调整",
+}
+
+
+def _item(line: InvoiceLine, language: str) -> str:
+    if language != "zh-Hans":
+        return line.description
+    if line.kind == "usage" and line.dimension in ZH_ITEMS:
+        return ZH_ITEMS[line.dimension]
+    return f"{ZH_ITEMS.get(line.kind, '')} {line.description}".strip()
+
+
+def cjk_font_path() -> Path | None:
+    return next((p for p in CJK_FONT_PATHS if p.exists()), None)
+
+
+def _register_font() -> None:
+    if FONT in pdfmetrics.getRegisteredFontNames():
+        return
+    path = cjk_font_path()
+    if path is None:
+        raise BillingError(
+            "pdf_font_missing",
+            "The CJK font for PDF invoices is not installed: apt-get install fonts-wqy-zenhei.",
+        )
+    pdfmetrics.registerFont(TTFont(FONT, str(path), subfontIndex=0))
+
+
+def _checkpoint(invoice: Invoice) -> str:
+    pinned = invoice.terms.get("ledger_checkpoint")
+    return f"{pinned['size']} / {pinned['root_hash']}" if pinned else ""
+
+
+def _money(amount: Decimal, currency: str) -> str:
+    return f"{amount:,} {currency}"
+
+
+def render_invoice_pdf(invoice: Invoice, language: str = "en") -> bytes:
+    """The invoice as PDF bytes: header, itemised lines, tax, totals, credits, checkpoint reference."""
+    if language not in TEXT:
+        raise InvalidRequest("unsupported_language", f"Use one of {', '.join(TEXT)}, not {language!r}.")
+    _register_font()
+    t = TEXT[language]
+    body = ParagraphStyle("body", fontName=FONT, fontSize=9, leading=12)
+    title = ParagraphStyle("title", fontName=FONT, fontSize=16, leading=20)
+    buffer = BytesIO()
+    document = SimpleDocTemplate(
+        buffer,
+        pagesize=A4,
+        leftMargin=15 * mm,
+        rightMargin=15 * mm,
+        topMargin=15 * mm,
+        bottomMargin=15 * mm,
+        title=f"{t['invoice']} {invoice.number or invoice.pk}",
+    )
+    heading = f"{t['invoice']} {invoice.number}" if invoice.number else t["draft"]
+    tenant = invoice.tenant
+    facts = [
+        f"{t['customer']}: {tenant.name} ({tenant.code})",
+        f"{t['contract']}: {invoice.contract.code}",
+        f"{t['period']}: {invoice.period_start:%Y-%m-%d} – {invoice.period_end:%Y-%m-%d}",
+        f"{t['status']}: {invoice.status}",
+        f"{t['checkpoint']}: {_checkpoint(invoice) or t['none']}",
+    ]
+    currency = invoice.currency
+    rows: list[list[object]] = [[t["item"], t["quantity"], t["unit_price"], f"{t['amount']} ({currency})"]]
+    for line in invoice.lines.all():
+        rows.append(
+            [
+                Paragraph(_item(line, language), body),
+                f"{line.quantity.normalize():,f}",
+                f"{line.unit_price.normalize():f}",
+                f"{line.amount:,}",
+            ]
+        )
+    tax_label = t["tax_inclusive"] if invoice.terms.get("tax_inclusive") else t["tax"]
+    rate = Decimal(invoice.terms.get("tax_rate", "0")) * 100
+    totals = [
+        [t["subtotal"], "", "", f"{invoice.subtotal:,}"],
+        [f"{tax_label} {rate.normalize():f} %", "", "", f"{invoice.tax:,}"],
+        [t["total"], "", "", f"{invoice.total:,}"],
+    ]
+    if invoice.credits_applied:
+        totals.append([t["credits"], "", "", f"-{invoice.credits_applied:,}"])
+    totals.append([t["due"], "", "", _money(invoice.amount_due, currency)])
+    table = Table(rows + totals, colWidths=[85 * mm, 30 * mm, 30 * mm, 35 * mm], repeatRows=1)
+    first_total = len(rows)
+    table.setStyle(
+        TableStyle(
+            [
+                ("FONTNAME", (0, 0), (-1, -1), FONT),
+                ("FONTSIZE", (0, 0), (-1, -1), 9),
+                ("BACKGROUND", (0, 0), (-1, 0), colors.HexColor("#e8edf3")),
+                ("ALIGN", (1, 0), (-1, -1), "RIGHT"),
+                ("VALIGN", (0, 0), (-1, -1), "TOP"),
+                ("LINEBELOW", (0, 0), (-1, 0), 0.6, colors.black),
+                ("LINEABOVE", (0, first_total), (-1, first_total), 0.6, colors.black),
+                ("LINEBELOW", (0, 1), (-1, first_total - 1), 0.25, colors.lightgrey),
+                ("FONTSIZE", (0, -1), (-1, -1), 11),
+            ]
+        )
+    )
+    document.build(
+        [
+            Paragraph(heading, title),
+            Spacer(1, 4 * mm),
+            *[Paragraph(fact, body) for fact in facts],
+            Spacer(1, 6 * mm),
+            table,
+            Spacer(1, 4 * mm),
+            Paragraph(t["rounding"], body),
+        ]
+    )
+    return buffer.getvalue()

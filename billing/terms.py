@@ -1,0 +1,145 @@
+"""Contract terms as plain data: what an invoice is rated with, and what a finalised invoice keeps.
+
+`terms_of(contract)` reads the contract's current terms; `Terms.as_json()` is the copy a finalised
+invoice stores, and `Terms.from_json` reads it back, so re-rating a closed period uses the terms it was
+billed with even after the contract changed.
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, field
+from decimal import Decimal
+from typing import Any
+
+from contracts.dimensions import Dimension
+from contracts.models import Contract
+from contracts.money import MINOR_UNITS
+
+from .charge_models import ChargeModel, build_charge_model
+from .errors import TermsError
+from .expressions import compile_metric
+
+
+@dataclass(frozen=True)
+class ChargeTerms:
+    dimension: str
+    label: str
+    charge_model: str
+    properties: dict[str, Any]
+    included_quantity: str = "0"
+
+    def model(self) -> ChargeModel:
+        return build_charge_model(self.charge_model, self.properties)
+
+
+@dataclass(frozen=True)
+class CouponTerms:
+    code: str
+    percent_off: str | None
+    amount_off: str | None
+    periods: int | None
+
+
+@dataclass(frozen=True)
+class Terms:
+    contract: str
+    currency: str
+    base_fee: str = "0"
+    base_fee_timing: str = "arrears"
+    minimum_commitment: str = "0"
+    tax_rate: str = "0"
+    tax_inclusive: bool = False
+    credit_order: list[str] = field(default_factory=list)
+    charges: list[ChargeTerms] = field(default_factory=list)
+    metrics: dict[str, str] = field(default_factory=dict)
+    coupons: list[CouponTerms] = field(default_factory=list)
+    starts_at: str = ""
+    ends_at: str = ""
+    outcome_window_hours: int = 72
+    outcome_on_expiry: str = "confirm"
+    outcome_rule: str = ""
+
+    def as_json(self) -> dict[str, Any]:
+        return asdict(self)
+
+    @classmethod
+    def from_json(cls, data: dict[str, Any]) -> Terms:
+        values = {k: v for k, v in data.items() if k in cls.__dataclass_fields__}
+        values["charges"] = [ChargeTerms(**c) for c in data.get("charges", [])]
+        values["coupons"] = [CouponTerms(**c) for c in data.get("coupons", [])]
+        return cls(**values)
+
+
+def _decimal_text(value: Decimal) -> str:
+    return format(value.normalize(), "f")
+
+
+def validate_charge(
+    dimension: str, charge_model: str, properties: dict[str, Any], metric_codes: set[str]
+) -> ChargeModel:
+    """TermsError unless the dimension is known and the charge model's properties are valid."""
+    if dimension not in Dimension.values and dimension not in metric_codes:
+        raise TermsError(
+            "unknown_dimension",
+            f"Unknown dimension {dimension!r}: use one of {', '.join(Dimension.values)} or a metric code.",
+            {"dimension": dimension},
+        )
+    return build_charge_model(charge_model, properties)
+
+
+def terms_of(contract: Contract) -> Terms:
+    """The contract's current terms, validated (TermsError on anything that cannot be billed)."""
+    metric_rows = list(contract.metrics.all())
+    metrics = {m.code: m.expression for m in metric_rows}
+    for code, expression in metrics.items():
+        if code in Dimension.values:
+            raise TermsError("metric_shadows_dimension", f"Metric code {code!r} is a built-in dimension.", {})
+        compile_metric(expression)
+    labels = dict(Dimension.choices)
+    names = {m.code: m.name for m in metric_rows}
+    charges = []
+    for price in contract.prices.all():
+        properties = dict(price.properties)
+        if price.charge_model == "per_unit":
+            properties.setdefault("unit_price", _decimal_text(price.unit_price))
+        validate_charge(price.dimension, price.charge_model, properties, set(metrics))
+        charges.append(
+            ChargeTerms(
+                dimension=price.dimension,
+                label=str(labels.get(price.dimension) or names.get(price.dimension, price.dimension)),
+                charge_model=price.charge_model,
+                properties=properties,
+                included_quantity=_decimal_text(price.included_quantity),
+            )
+        )
+    order = {d: i for i, d in enumerate([*Dimension.values, *sorted(metrics)])}
+    charges.sort(key=lambda c: order[c.dimension])
+    if contract.currency not in MINOR_UNITS:
+        raise TermsError("unsupported_currency", f"Unsupported currency {contract.currency!r}.", {})
+    coupons = [
+        CouponTerms(
+            code=c.code,
+            percent_off=None if c.percent_off is None else _decimal_text(c.percent_off),
+            amount_off=None if c.amount_off is None else _decimal_text(c.amount_off),
+            periods=c.periods,
+        )
+        for c in contract.coupons.all()
+    ]
+    return Terms(
+        contract=contract.code,
+        currency=contract.currency,
+        base_fee=_decimal_text(contract.base_fee),
+        base_fee_timing=contract.base_fee_timing,
+        minimum_commitment=_decimal_text(contract.minimum_commitment),
+        tax_rate=_decimal_text(contract.tax_rate),
+        tax_inclusive=contract.tax_inclusive,
+        credit_order=list(contract.credit_order or []),
+        charges=charges,
+        metrics=metrics,
+        coupons=coupons,
+        starts_at=contract.starts_at.isoformat(),
+        ends_at=contract.ends_at.isoformat() if contract.ends_at else "",
+        outcome_window_hours=contract.outcome_window_hours,
+        outcome_on_expiry=contract.outcome_on_expiry,
+        outcome_rule=contract.outcome_rule,
+    )

@@ -1,0 +1,19 @@
+from django.urls import path
+
+from contracts.api import ChargeView, MetricView, TermsView
+
+from .api import CreditGrantView, InvoicePdfView, OutcomeDecisionView, OutcomeDeclareView, stripe_webhook
+
+urlpatterns = [
+    path("contracts/<str:code>/charges/<str:dimension>", ChargeView.as_view(), name="contract-charge"),
+    path("contracts/<str:code>/metrics/<str:metric>", MetricView.as_view(), name="contract-metric"),
+    path("contracts/<str:code>/terms", TermsView.as_view(), name="contract-terms"),
+    path("contracts/<str:code>/credits", CreditGrantView.as_view(), name="contract-credits"),
+    path("invoices/<int:pk>.pdf", InvoicePdfView.as_view(), name="invoice-pdf"),
+    path("stripe/webhook", stripe_webhook, name="stripe-webhook"),
+    path("outcomes", OutcomeDeclareView.as_view(), name="outcome-declare"),
+    path(
+        "outcomes/<int:pk>/confirm", OutcomeDecisionView.as_view(decision="confirm"), name="outcome-confirm"
+    ),
+    path("outcomes/<int:pk>/revoke", OutcomeDecisionView.as_view(decision="revoke"), name="outcome-revoke"),
+]

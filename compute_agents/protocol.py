@@ -1,0 +1,70 @@
+"""Agent ↔ platform messages besides record batches (pure Python; the platform imports it too).
+
+- Customer API keys are high-entropy random strings; only their SHA-256 travels and is stored.
+- An agent authenticates a request to the platform by signing
+  ``REQUEST_DOMAIN + "METHOD PATH\\nTIMESTAMP_NS"``
+  with its Ed25519 key (headers below); the platform checks the key and a small time window.
+- The entitlement snapshot is signed by the platform's Ed25519 key over
+  ``SNAPSHOT_DOMAIN + canonical_bytes(snapshot)``; agents verify it against the pinned platform key.
+"""
+
+from __future__ import annotations
+
+import base64
+import binascii
+import hashlib
+from typing import Any
+
+from cryptography.exceptions import InvalidSignature
+from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey, Ed25519PublicKey
+
+from treemeter_records import canonical_bytes
+
+API_KEY_PREFIX = "tmk_"
+SNAPSHOT_VERSION = 1
+SNAPSHOT_DOMAIN = b"treemeter-entitlements-v1\n"
+REQUEST_DOMAIN = b"treemeter-agent-request-v1\n"
+SNAPSHOT_PATH = "/v1/entitlements/snapshot"
+PLATFORM_KEY_PATH = "/v1/entitlements/platform-key"
+HEADER_AGENT = "X-Treemeter-Agent"
+HEADER_KEY_ID = "X-Treemeter-Key-Id"
+HEADER_TIMESTAMP = "X-Treemeter-Timestamp"
+HEADER_SIGNATURE = "X-Treemeter-Signature"
+
+
+def api_key_hash(api_key: str) -> str:
+    return hashlib.sha256(api_key.encode("utf-8")).hexdigest()
+
+
+def _request_message(method: str, path: str, timestamp_ns: int) -> bytes:
+    return REQUEST_DOMAIN + f"{method.upper()} {path}\n{timestamp_ns}".encode()
+
+
+def sign_request(key: Ed25519PrivateKey, method: str, path: str, timestamp_ns: int) -> str:
+    return base64.b64encode(key.sign(_request_message(method, path, timestamp_ns))).decode("ascii")
+
+
+def verify_request(
+    public_key: Ed25519PublicKey, signature_b64: str, method: str, path: str, timestamp_ns: int
+) -> bool:
+    try:
+        public_key.verify(
+            base64.b64decode(signature_b64, validate=True), _request_message(method, path, timestamp_ns)
+        )
+    except (InvalidSignature, binascii.Error, ValueError):
+        return False
+    return True
+
+
+def sign_snapshot(key: Ed25519PrivateKey, snapshot: dict[str, Any]) -> str:
+    return base64.b64encode(key.sign(SNAPSHOT_DOMAIN + canonical_bytes(snapshot))).decode("ascii")
+
+
+def verify_snapshot(public_key: Ed25519PublicKey, snapshot: dict[str, Any], signature_b64: str) -> bool:
+    try:
+        public_key.verify(
+            base64.b64decode(signature_b64, validate=True), SNAPSHOT_DOMAIN + canonical_bytes(snapshot)
+        )
+    except (InvalidSignature, binascii.Error, ValueError):
+        return False
+    return True

@@ -1,0 +1,112 @@
+"""Assemble a running agent from its settings: engine, spool, shipper, entitlements, rules, metrics."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+import httpx
+
+from treemeter_records import IngestClient, private_key_from_seed, public_key_from_b64
+
+from . import protocol
+from .engine import Engine, TorchEngine
+from .entitlements import EntitlementStore
+from .metrics import AgentMetrics
+from .router import Rules
+from .service import AgentIdentity, AgentService
+from .shipper import Shipper
+from .spool import Spool
+
+PLATFORM_KEY_FILE = "platform-key.b64"
+
+
+@dataclass(frozen=True)
+class AgentSettings:
+    agent_id: str
+    platform_url: str
+    key_file: Path
+    model_dir: Path
+    data_dir: Path
+    rules_file: Path | None = None
+    cache_capacity: int | None = None
+    preheat: int | None = None
+    batch_size: int = 500
+    batch_age_s: float = 1.0
+    spool_max_records: int = 100_000
+    threads: int | None = None
+    engine: str = "torch"  # or "vllm" (the optional extra)
+
+
+@dataclass
+class Agent:
+    service: AgentService
+    shipper: Shipper
+    entitlements: EntitlementStore
+
+    def start(self) -> None:
+        self.entitlements.start()
+        self.shipper.start()
+
+    def stop(self) -> None:
+        self.entitlements.stop()
+        self.shipper.stop()
+
+
+def pin_platform_key(platform_url: str, data_dir: Path) -> str:
+    """Fetch the platform's public key once (at registration) and keep it; returns it (base64)."""
+    answer = httpx.get(platform_url.rstrip("/") + protocol.PLATFORM_KEY_PATH, timeout=10).json()
+    public_key = str(answer["public_key"])
+    public_key_from_b64(public_key)
+    data_dir.mkdir(parents=True, exist_ok=True)
+    (data_dir / PLATFORM_KEY_FILE).write_text(public_key + "\n")
+    return public_key
+
+
+def build_agent(settings: AgentSettings, seed: bytes) -> Agent:
+    pinned = settings.data_dir / PLATFORM_KEY_FILE
+    if not pinned.exists():
+        raise SystemExit(
+            f"No pinned platform key at {pinned}: run `python -m compute_agents register` first."
+        )
+    key = private_key_from_seed(seed)
+    spool = Spool(settings.data_dir / "spool.sqlite3", max_records=settings.spool_max_records)
+    entitlements = EntitlementStore(
+        settings.platform_url,
+        settings.agent_id,
+        key,
+        public_key_from_b64(pinned.read_text().strip()),
+        settings.data_dir / "entitlements.json",
+    )
+    metrics = AgentMetrics(spool.status, entitlements.age_s)
+    engine: Engine
+    if settings.engine == "vllm":
+        from .vllm_engine import VllmEngine
+
+        engine = VllmEngine(settings.model_dir)
+    else:
+        engine = TorchEngine(
+            settings.model_dir,
+            cache_capacity=settings.cache_capacity,
+            preheat=settings.preheat,
+            threads=settings.threads,
+        )
+    service = AgentService(
+        AgentIdentity(
+            settings.agent_id, node=f"{settings.agent_id}.l3", cache_node=f"{settings.agent_id}.l2"
+        ),
+        engine,
+        spool,
+        entitlements,
+        Rules.load(settings.rules_file),
+        metrics,
+    )
+    shipper = Shipper(
+        spool,
+        IngestClient(settings.platform_url, max_attempts=3, backoff_max=2.0),
+        settings.agent_id,
+        key,
+        batch_size=settings.batch_size,
+        max_age_s=settings.batch_age_s,
+    )
+    return Agent(service, shipper, entitlements)

@@ -1,0 +1,164 @@
+"""The durable local spool: every record is committed here (SQLite WAL, fsync on commit) before its
+response leaves the agent, and leaves only when the platform acknowledged its batch.
+
+Sequence numbers are allocated in the same transaction as the insert, from a counter that survives
+acknowledgement, so they never repeat and never skip. Quota usage is settled in that transaction too.
+Several processes may open one spool (SQLite locks the writers); each opens its own ``Spool``.
+"""
+
+from __future__ import annotations
+
+import sqlite3
+import threading
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from treemeter_records import canonical_bytes
+
+_SCHEMA = (
+    "CREATE TABLE IF NOT EXISTS records "
+    "(seq INTEGER PRIMARY KEY, spooled_ns INTEGER NOT NULL, body BLOB NOT NULL)",
+    "CREATE TABLE IF NOT EXISTS meta (name TEXT PRIMARY KEY, value INTEGER NOT NULL)",
+    "CREATE TABLE IF NOT EXISTS quota_usage (api_key TEXT NOT NULL, period TEXT NOT NULL, "
+    "used INTEGER NOT NULL, PRIMARY KEY (api_key, period))",
+    "INSERT OR IGNORE INTO meta (name, value) VALUES ('next_seq', 0)",
+    "INSERT OR IGNORE INTO meta (name, value) VALUES ('shipped', 0)",
+    "INSERT OR IGNORE INTO meta (name, value) VALUES ('depth', 0)",
+    "INSERT OR IGNORE INTO meta (name, value) VALUES ('bytes', 0)",
+)
+
+
+class SpoolFull(RuntimeError):
+    """The spool is over its size limit: refuse new work rather than serve unmetered."""
+
+
+@dataclass(frozen=True)
+class SpoolStatus:
+    depth: int
+    bytes: int
+    next_seq: int
+    shipped: int
+    oldest_spooled_ns: int | None
+
+
+@dataclass(frozen=True)
+class QuotaCharge:
+    """Tokens to add to an API key's usage for a period, in the record's transaction."""
+
+    api_key: str
+    period: str
+    tokens: int
+
+
+class Spool:
+    def __init__(self, path: Path, *, max_records: int = 100_000, max_bytes: int = 256 * 1024 * 1024) -> None:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        self.path = path
+        self.max_records = max_records
+        self.max_bytes = max_bytes
+        self._lock = threading.Lock()
+        self._db = sqlite3.connect(path, isolation_level=None, check_same_thread=False, timeout=30)
+        self._db.execute("PRAGMA journal_mode=WAL")
+        self._db.execute("PRAGMA synchronous=FULL")
+        for statement in _SCHEMA:
+            self._db.execute(statement)
+
+    def close(self) -> None:
+        with self._lock:
+            self._db.close()
+
+    def append(
+        self, build: Callable[[int], dict[str, Any]], charge: QuotaCharge | None = None
+    ) -> dict[str, Any]:
+        """Commit ``build(seq)`` with the next seq (and the quota charge); returns the record.
+
+        Raises ``SpoolFull`` (nothing is written) when the spool is over its limit.
+        """
+        with self._lock:
+            self._db.execute("BEGIN IMMEDIATE")
+            try:
+                meta = dict(self._db.execute("SELECT name, value FROM meta").fetchall())
+                depth, size, seq = meta["depth"], meta["bytes"], meta["next_seq"]
+                if depth >= self.max_records or size >= self.max_bytes:
+                    raise SpoolFull(
+                        f"the record spool holds {depth} records ({size} bytes), over its limit "
+                        f"({self.max_records} records / {self.max_bytes} bytes)"
+                    )
+                record = build(seq)
+                body = canonical_bytes(record)
+                self._db.execute(
+                    "INSERT INTO records (seq, spooled_ns, body) VALUES (?, ?, ?)",
+                    (seq, time.time_ns(), body),
+                )
+                self._db.executemany(
+                    "UPDATE meta SET value = ? WHERE name = ?",
+                    [(seq + 1, "next_seq"), (depth + 1, "depth"), (size + len(body), "bytes")],
+                )
+                if charge is not None and charge.tokens:
+                    self._db.execute(
+                        "INSERT INTO quota_usage (api_key, period, used) VALUES (?, ?, ?) "
+                        "ON CONFLICT (api_key, period) DO UPDATE SET used = used + excluded.used",
+                        (charge.api_key, charge.period, charge.tokens),
+                    )
+                self._db.execute("COMMIT")
+            except BaseException:
+                self._db.execute("ROLLBACK")
+                raise
+        return record
+
+    def full(self) -> bool:
+        status = self.status()
+        return status.depth >= self.max_records or status.bytes >= self.max_bytes
+
+    def full_message(self) -> str:
+        status = self.status()
+        return (
+            f"the record spool holds {status.depth} records ({status.bytes} bytes), over its limit "
+            f"({self.max_records} records / {self.max_bytes} bytes): the platform is not acknowledging "
+            "records; new requests are refused until it does"
+        )
+
+    def pending(self, limit: int) -> list[tuple[int, int, bytes]]:
+        """The oldest unacknowledged records: (seq, spooled_ns, canonical bytes)."""
+        with self._lock:
+            rows = self._db.execute(
+                "SELECT seq, spooled_ns, body FROM records ORDER BY seq LIMIT ?", (limit,)
+            ).fetchall()
+        return [(int(s), int(t), bytes(b)) for s, t, b in rows]
+
+    def acknowledge(self, seqs: Sequence[int]) -> None:
+        """The platform acknowledged these records: they leave the spool."""
+        with self._lock:
+            self._db.execute("BEGIN IMMEDIATE")
+            try:
+                removed, size = 0, 0
+                for seq in seqs:
+                    row = self._db.execute("DELETE FROM records WHERE seq = ? RETURNING length(body)", (seq,))
+                    for (length,) in row.fetchall():
+                        removed, size = removed + 1, size + length
+                self._db.executemany(
+                    "UPDATE meta SET value = value + ? WHERE name = ?",
+                    [(removed, "shipped"), (-removed, "depth"), (-size, "bytes")],
+                )
+                self._db.execute("COMMIT")
+            except BaseException:
+                self._db.execute("ROLLBACK")
+                raise
+
+    def quota_used(self, api_key: str, period: str) -> int:
+        with self._lock:
+            row = self._db.execute(
+                "SELECT used FROM quota_usage WHERE api_key = ? AND period = ?", (api_key, period)
+            ).fetchone()
+        return int(row[0]) if row else 0
+
+    def status(self) -> SpoolStatus:
+        with self._lock:
+            (oldest,) = self._db.execute(
+                "SELECT spooled_ns FROM records ORDER BY seq LIMIT 1"
+            ).fetchone() or (None,)
+            meta = dict(self._db.execute("SELECT name, value FROM meta").fetchall())
+        return SpoolStatus(meta["depth"], meta["bytes"], meta["next_seq"], meta["shipped"], oldest)

@@ -1,0 +1,167 @@
+"""Writes for contract terms. Validation errors are billing.errors.TermsError (HTTP 400, stable codes)."""
+
+from __future__ import annotations
+
+from decimal import Decimal, InvalidOperation
+from typing import Any
+
+from django.db import transaction
+
+from billing.errors import TermsError
+from billing.expressions import compile_metric
+from billing.terms import validate_charge
+
+from .dimensions import Dimension
+from .models import Contract, ContractMetric, ContractPrice
+
+
+def check_currency(contract: Contract, currency: str | None) -> None:
+    """Amounts sent with a currency must be in the contract's one currency."""
+    if currency is not None and currency != contract.currency:
+        raise TermsError(
+            "currency_mismatch",
+            f"Contract {contract.code} is billed in {contract.currency}, not {currency}.",
+            {"contract_currency": contract.currency, "currency": currency},
+        )
+
+
+def _decimal(value: Any, name: str) -> Decimal:
+    try:
+        number = Decimal(str(value))
+    except InvalidOperation:
+        raise TermsError(
+            "invalid_number", f"{name!r} is not a number: {value!r}.", {"property": name}
+        ) from None
+    if not number.is_finite():
+        raise TermsError("invalid_number", f"{name!r} must be finite.", {"property": name})
+    if number < 0:
+        raise TermsError("negative_price", f"{name!r} must not be negative ({number}).", {"property": name})
+    return number
+
+
+def set_charge(
+    contract: Contract,
+    dimension: str,
+    charge_model: str = "per_unit",
+    *,
+    unit_price: Any = None,
+    properties: dict[str, Any] | None = None,
+    included_quantity: Any = 0,
+    currency: str | None = None,
+) -> ContractPrice:
+    """Create or replace the charge for one dimension (idempotent: the same call again changes nothing)."""
+    check_currency(contract, currency)
+    properties = dict(properties or {})
+    if charge_model == "per_unit":
+        raw = unit_price if unit_price is not None else properties.get("unit_price")
+        if raw is None:
+            raise TermsError(
+                "missing_property", "A per-unit charge needs 'unit_price'.", {"property": "unit_price"}
+            )
+        properties["unit_price"] = str(_decimal(raw, "unit_price"))
+    metric_codes = set(contract.metrics.values_list("code", flat=True))
+    validate_charge(dimension, charge_model, properties, metric_codes)
+    included = _decimal(included_quantity, "included_quantity")
+    with transaction.atomic():
+        price, _ = ContractPrice.objects.update_or_create(
+            contract=contract,
+            dimension=dimension,
+            defaults={
+                "charge_model": charge_model,
+                "unit_price": Decimal(properties.pop("unit_price"))
+                if charge_model == "per_unit"
+                else Decimal(0),
+                "properties": properties,
+                "included_quantity": included,
+            },
+        )
+    return price
+
+
+def set_metric(contract: Contract, code: str, name: str, expression: str) -> ContractMetric:
+    """Create or replace a custom metric; the expression must compile (TermsError names the position)."""
+    if code in Dimension.values:
+        raise TermsError("metric_shadows_dimension", f"{code!r} is a built-in dimension.", {"code": code})
+    compile_metric(expression)
+    metric, _ = ContractMetric.objects.update_or_create(
+        contract=contract, code=code, defaults={"name": name, "expression": expression}
+    )
+    return metric
+
+
+TERM_FIELDS = {
+    "base_fee": "decimal",
+    "minimum_commitment": "decimal",
+    "tax_rate": "decimal",
+    "base_fee_timing": Contract.FeeTiming.values,
+    "late_usage_policy": Contract.LateUsage.values,
+    "outcome_on_expiry": ["confirm", "revoke"],
+    "tax_inclusive": "bool",
+    "grace_days": "int",
+    "late_usage_days": "int",
+    "outcome_window_hours": "int",
+    "credit_order": "kinds",
+    "outcome_rule": "rule",
+}
+LINE_KINDS = ("usage", "base_fee", "commitment", "adjustment", "discount")
+
+
+def update_terms(contract: Contract, changes: dict[str, Any], currency: str | None = None) -> Contract:
+    """Change the contract's period terms; every field is checked before any is written. Finalised
+    invoices keep the terms they were billed with."""
+    check_currency(contract, currency)
+    values: dict[str, Any] = {}
+    for name, value in changes.items():
+        kind = TERM_FIELDS.get(name)
+        if kind is None:
+            raise TermsError("unknown_term", f"{name!r} is not a contract term.", {"term": name})
+        values[name] = _term_value(name, kind, value)
+    for name, value in values.items():
+        setattr(contract, name, value)
+    contract.save(update_fields=list(values))
+    return contract
+
+
+# (decimal places, exclusive upper bound) of the decimal terms, as their columns store them.
+DECIMAL_TERMS = {
+    "base_fee": (8, Decimal(10) ** 12),
+    "minimum_commitment": (2, Decimal(10) ** 18),
+    "tax_rate": (4, Decimal(1)),
+}
+
+
+def _term_value(name: str, kind: Any, value: Any) -> Any:
+    if kind == "decimal":
+        number = _decimal(value, name)
+        places, bound = DECIMAL_TERMS[name]
+        if number >= bound or number != number.quantize(Decimal(1).scaleb(-places)):
+            raise TermsError(
+                "invalid_term",
+                f"{name!r} takes at most {places} decimals and stays below {bound}.",
+                {"term": name},
+            )
+        return number
+    if kind in ("int", "bool"):
+        expected = bool if kind == "bool" else int
+        if not isinstance(value, expected) or (kind == "int" and (isinstance(value, bool) or value < 0)):
+            raise TermsError(
+                "invalid_term",
+                f"{name!r} must be a {'boolean' if kind == 'bool' else 'whole number ≥ 0'}.",
+                {"term": name},
+            )
+        return value
+    if kind == "kinds":
+        if not isinstance(value, list) or any(k not in LINE_KINDS for k in value):
+            raise TermsError(
+                "invalid_term", f"'credit_order' lists line kinds: {', '.join(LINE_KINDS)}.", {"term": name}
+            )
+        return value
+    if kind == "rule":
+        if value:
+            compile_metric(str(value), rule=True)
+        return str(value)
+    if value not in kind:
+        raise TermsError(
+            "invalid_term", f"{name!r} is one of {', '.join(kind)}, not {value!r}.", {"term": name}
+        )
+    return value

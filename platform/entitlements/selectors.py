@@ -1,0 +1,53 @@
+"""Reads for entitlements: the snapshot an agent serves from."""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+from agents.models import AgentKey
+from agents.selectors import agent_scope
+from compute_agents.protocol import SNAPSHOT_VERSION
+from contracts.models import Contract
+
+from .models import ApiKey
+
+SNAPSHOT_REFRESH_SECONDS = 30
+
+
+def _status(api_key: ApiKey) -> str:
+    if api_key.revoked_at is not None:
+        return "revoked"
+    if api_key.contract.status != Contract.Status.ACTIVE:
+        return "contract_inactive"
+    return "active"
+
+
+def entitlement_snapshot(agent_key: AgentKey) -> dict[str, Any]:
+    """Every API key of the contracts this agent may report for (and only those), with its binding."""
+    scope = agent_scope(agent_key.agent_id)
+    keys = ApiKey.objects.select_related("tenant", "contract__package").filter(
+        tenant__code__in=list(scope.tenants)
+    )
+    now = time.time_ns()
+    return {
+        "v": SNAPSHOT_VERSION,
+        "agent_id": agent_key.agent.agent_id,
+        "issued_ns": now,
+        "refresh_s": SNAPSHOT_REFRESH_SECONDS,
+        "keys": [
+            {
+                "key_hash": k.key_hash,
+                "prefix": k.prefix,
+                "tenant": k.tenant.code,
+                "contract": k.contract.code,
+                "package": k.contract.package.code,
+                "sla_class": k.sla_class,
+                "quota_tokens": k.quota_tokens,
+                "quota_period": "month",
+                "status": _status(k),
+            }
+            for k in keys
+            if scope.allows(k.tenant.code, k.contract.code)
+        ],
+    }

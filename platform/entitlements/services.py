@@ -1,0 +1,68 @@
+"""Writes for customer API keys."""
+
+from __future__ import annotations
+
+import secrets
+from dataclasses import dataclass
+
+from django.db import transaction
+from django.utils import timezone
+
+from accounts.validators import validate_slug_code
+from compute_agents.protocol import API_KEY_PREFIX, api_key_hash
+from contracts.models import Contract
+
+from .models import ApiKey
+
+
+class EntitlementError(ValueError):
+    def __init__(self, code: str, message: str) -> None:
+        super().__init__(message)
+        self.code = code
+        self.message = message
+
+
+@dataclass(frozen=True)
+class IssuedKey:
+    api_key: ApiKey
+    secret: str  # the only time the key exists in clear
+
+
+@transaction.atomic
+def issue_api_key(
+    *, contract_code: str, sla_class: str = "standard", quota_tokens: int | None = None, name: str = ""
+) -> IssuedKey:
+    """A new key bound to a contract (hence its tenant and package), an SLA class and a monthly quota."""
+    contract = Contract.objects.select_related("tenant").filter(code=contract_code).first()
+    if contract is None:
+        raise EntitlementError("unknown_contract", f"Unknown contract {contract_code!r}.")
+    if contract.status != Contract.Status.ACTIVE:
+        raise EntitlementError("contract_not_active", f"Contract {contract_code} is {contract.status}.")
+    try:
+        validate_slug_code(sla_class)
+    except Exception:
+        raise EntitlementError("invalid_sla_class", f"{sla_class!r} is not a valid SLA class code.") from None
+    if quota_tokens is not None and quota_tokens < 0:
+        raise EntitlementError("invalid_quota", "quota_tokens must not be negative.")
+    secret = API_KEY_PREFIX + secrets.token_urlsafe(32)
+    api_key = ApiKey.objects.create(
+        prefix=secret[:12],
+        key_hash=api_key_hash(secret),
+        name=name,
+        tenant=contract.tenant,
+        contract=contract,
+        sla_class=sla_class,
+        quota_tokens=quota_tokens,
+    )
+    return IssuedKey(api_key, secret)
+
+
+def revoke_api_key(prefix: str) -> ApiKey:
+    """Revoke a key: agents refuse it (403) from their next snapshot. Revoking twice keeps the first time."""
+    api_key = ApiKey.objects.filter(prefix=prefix).first()
+    if api_key is None:
+        raise EntitlementError("unknown_api_key", f"No API key starts with {prefix!r}.")
+    if api_key.revoked_at is None:
+        api_key.revoked_at = timezone.now()
+        api_key.save(update_fields=["revoked_at"])
+    return api_key

@@ -1,0 +1,109 @@
+"""Entitlements: the signed snapshot for agents, the platform's public key, staff key management."""
+
+from __future__ import annotations
+
+import time
+
+from django.conf import settings
+from django.http import HttpRequest, JsonResponse
+from django.views.decorators.http import require_GET
+from rest_framework import serializers, status
+from rest_framework.permissions import IsAdminUser
+from rest_framework.request import Request
+from rest_framework.response import Response
+from rest_framework.views import APIView
+
+from agents.selectors import key_with_agent
+from compute_agents import protocol
+from config.errors import error_response
+from treemeter_records import key_id_for, private_key_from_seed, public_key_from_b64, public_key_to_b64
+
+from .selectors import entitlement_snapshot
+from .services import EntitlementError, issue_api_key, revoke_api_key
+
+REQUEST_WINDOW_NS = 300 * 10**9
+
+
+@require_GET
+def snapshot(request: HttpRequest) -> JsonResponse:
+    """The agent signs the request (see compute_agents.protocol); the answer is signed by the platform."""
+    agent_id = request.headers.get(protocol.HEADER_AGENT, "")
+    key_id = request.headers.get(protocol.HEADER_KEY_ID, "")
+    signature = request.headers.get(protocol.HEADER_SIGNATURE, "")
+    try:
+        timestamp = int(request.headers.get(protocol.HEADER_TIMESTAMP, ""))
+    except ValueError:
+        return error_response(400, "bad_request_signature", f"{protocol.HEADER_TIMESTAMP} must be Unix ns.")
+    if abs(time.time_ns() - timestamp) > REQUEST_WINDOW_NS:
+        return error_response(401, "stale_request", "The request timestamp is more than 300 s off.")
+    agent_key = key_with_agent(key_id)
+    if (
+        agent_key is None
+        or agent_key.revoked_at is not None
+        or not agent_key.agent.active
+        or agent_key.agent.agent_id != agent_id
+        or not protocol.verify_request(
+            public_key_from_b64(agent_key.public_key), signature, "GET", request.path, timestamp
+        )
+    ):
+        return error_response(
+            401, "bad_request_signature", "Unknown agent key or a signature that does not verify."
+        )
+    body = entitlement_snapshot(agent_key)
+    platform_key = private_key_from_seed(settings.PLATFORM_SIGNING_KEY)
+    return JsonResponse(
+        {
+            "snapshot": body,
+            "signature": protocol.sign_snapshot(platform_key, body),
+            "key_id": key_id_for(platform_key),
+        }
+    )
+
+
+@require_GET
+def platform_key(request: HttpRequest) -> JsonResponse:
+    key = private_key_from_seed(settings.PLATFORM_SIGNING_KEY)
+    return JsonResponse({"key_id": key_id_for(key), "public_key": public_key_to_b64(key)})
+
+
+class ApiKeyIssueSerializer(serializers.Serializer):
+    contract = serializers.CharField(max_length=64)
+    sla_class = serializers.CharField(max_length=64, default="standard")
+    quota_tokens = serializers.IntegerField(min_value=0, required=False, allow_null=True, default=None)
+    name = serializers.CharField(max_length=200, default="", allow_blank=True)
+
+
+class ApiKeyIssueView(APIView):
+    """Platform staff issue a customer API key; the key is in this answer only."""
+
+    permission_classes = [IsAdminUser]
+    serializer_class = ApiKeyIssueSerializer
+
+    def post(self, request: Request) -> Response:
+        serializer = ApiKeyIssueSerializer(data=request.data)
+        serializer.is_valid(raise_exception=True)
+        data = serializer.validated_data
+        try:
+            issued = issue_api_key(
+                contract_code=data["contract"],
+                sla_class=data["sla_class"],
+                quota_tokens=data["quota_tokens"],
+                name=data["name"],
+            )
+        except EntitlementError as error:
+            return Response({"code": error.code, "message": error.message, "details": {}}, status=400)
+        return Response(
+            {"api_key": issued.secret, "prefix": issued.api_key.prefix, "contract": data["contract"]},
+            status=status.HTTP_201_CREATED,
+        )
+
+
+class ApiKeyRevokeView(APIView):
+    permission_classes = [IsAdminUser]
+
+    def post(self, request: Request, prefix: str) -> Response:
+        try:
+            api_key = revoke_api_key(prefix)
+        except EntitlementError as error:
+            return Response({"code": error.code, "message": error.message, "details": {}}, status=404)
+        return Response({"prefix": api_key.prefix, "revoked_at": api_key.revoked_at})

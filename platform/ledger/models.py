@@ -1,0 +1,190 @@
+"""The verifiable log's state in PostgreSQL: leaves, stored node strata, compact range, checkpoints."""
+
+from __future__ import annotations
+
+from django.conf import settings
+from django.db import models
+
+from accounts.models import Tenant
+from agents.models import Agent
+from ingest.models import IngestBatch
+
+# Perfect subtree hashes are stored on every STRATUM-th level (4, 8, 12, ...): any subtree hash then
+# needs at most 2**STRATUM reads from the stratum below, and the log stores ~1/15 node row per leaf.
+STRATUM = 4
+
+
+class LogState(models.Model):
+    """The single row holding the tree size and its compact range; locked for every append."""
+
+    id = models.PositiveSmallIntegerField(primary_key=True, default=1)
+    size = models.BigIntegerField(default=0)
+    frontier = models.BinaryField(default=b"", help_text="Perfect subtree hashes, largest first, 32 B each.")
+
+    def __str__(self) -> str:
+        return f"log of {self.size}"
+
+
+class LogBatch(models.Model):
+    """A received batch as the agent signed it: what lets anyone re-check its records' signature."""
+
+    batch = models.OneToOneField(IngestBatch, on_delete=models.PROTECT, related_name="log_batch")
+    agent = models.ForeignKey(Agent, on_delete=models.PROTECT, related_name="log_batches")
+    header = models.BinaryField(help_text="Canonical header bytes, as signed.")
+    signature = models.BinaryField()
+    body_sha256 = models.CharField(max_length=64, help_text="SHA-256 of the raw batch body as received.")
+    leaf_hashes = models.BinaryField(help_text="Leaf hashes of every line of the batch, 32 B each.")
+    first_seq = models.BigIntegerField()
+    last_seq = models.BigIntegerField()
+    seqs = models.JSONField(
+        null=True, blank=True, help_text="The lines' seqs, when not every seq in the range."
+    )
+
+    class Meta:
+        ordering = ["agent", "first_seq"]
+        indexes = [models.Index(fields=["agent", "first_seq"])]
+
+    def __str__(self) -> str:
+        return f"{self.agent_id}:{self.first_seq}-{self.last_seq}"
+
+
+class LogLeaf(models.Model):
+    """One accepted record in the log, at its position ``index``."""
+
+    index = models.BigIntegerField(primary_key=True)
+    leaf_hash = models.BinaryField()
+    record_id = models.UUIDField(db_index=True)
+    tenant = models.CharField(max_length=64)
+    contract = models.CharField(max_length=64)
+    agent = models.ForeignKey(Agent, on_delete=models.PROTECT, related_name="log_leaves")
+    seq = models.BigIntegerField()
+    start_ns = models.BigIntegerField()
+    batch = models.ForeignKey(LogBatch, on_delete=models.PROTECT, related_name="leaves")
+    position = models.IntegerField(help_text="0-based line of the record in its batch.")
+
+    class Meta:
+        ordering = ["index"]
+        indexes = [models.Index(fields=["tenant", "contract", "start_ns"])]
+
+    def __str__(self) -> str:
+        return f"#{self.index} {self.record_id}"
+
+
+class LogNode(models.Model):
+    """The hash of the perfect subtree (level, index): leaves [index * 2**level, (index + 1) * 2**level)."""
+
+    level = models.PositiveSmallIntegerField()
+    index = models.BigIntegerField()
+    hash = models.BinaryField()
+
+    class Meta:
+        constraints = [models.UniqueConstraint(fields=["level", "index"], name="one_node_per_position")]
+
+    def __str__(self) -> str:
+        return f"node {self.level}/{self.index}"
+
+
+class Checkpoint(models.Model):
+    """A signed tree head: a C2SP tlog-checkpoint in a C2SP signed note."""
+
+    class Reason(models.TextChoices):
+        SCHEDULE = "schedule", "Scheduled"
+        INVOICE = "invoice", "Invoice created"
+        MANUAL = "manual", "On request"
+
+    size = models.BigIntegerField()
+    root_hash = models.BinaryField()
+    note = models.TextField()
+    reason = models.CharField(max_length=16, choices=Reason.choices)
+    invoice_id = models.BigIntegerField(null=True, blank=True)
+    created_at = models.DateTimeField(auto_now_add=True)
+
+    class Meta:
+        ordering = ["-size", "-id"]
+        indexes = [models.Index(fields=["size"])]
+
+    def __str__(self) -> str:
+        return f"checkpoint {self.size}"
+
+
+class TenantMembership(models.Model):
+    """Which tenant a (customer) user acts for; staff users see every tenant."""
+
+    user = models.OneToOneField(
+        settings.AUTH_USER_MODEL, on_delete=models.CASCADE, related_name="ledger_tenant"
+    )
+    tenant = models.ForeignKey(Tenant, on_delete=models.CASCADE, related_name="ledger_members")
+
+    def __str__(self) -> str:
+        return f"{self.user} @ {self.tenant.code}"
+
+
+class LedgerEvent(models.Model):
+    """An outgoing webhook event, persisted; delivery belongs to the portal."""
+
+    class Kind(models.TextChoices):
+        SEQUENCE_GAP = "ledger.sequence_gap", "Sequence gap"
+
+    kind = models.CharField(max_length=64, choices=Kind.choices)
+    agent = models.ForeignKey(Agent, on_delete=models.CASCADE, related_name="ledger_events")
+    payload = models.JSONField()
+    created_at = models.DateTimeField(auto_now_add=True)
+    delivered_at = models.DateTimeField(null=True, blank=True)
+
+    class Meta:
+        ordering = ["-created_at", "-id"]
+
+    def __str__(self) -> str:
+        return f"{self.kind} {self.agent_id}"
+
+
+class Dispute(models.Model):
+    """A customer's dispute of one invoice line, with the evidence attached when it was opened.
+
+    Its whole history (who did what and when) is in DisputeEvent; the invoice itself is never edited:
+    an accepted dispute becomes a billing credit note.
+    """
+
+    class Status(models.TextChoices):
+        OPEN = "open", "Open"
+        REJECTED = "rejected", "Rejected"
+        ACCEPTED = "accepted", "Accepted"
+
+    invoice = models.ForeignKey("billing.Invoice", on_delete=models.PROTECT, related_name="disputes")
+    line = models.ForeignKey("billing.InvoiceLine", on_delete=models.PROTECT, related_name="disputes")
+    tenant = models.ForeignKey(Tenant, on_delete=models.PROTECT, related_name="disputes")
+    reason = models.TextField()
+    status = models.CharField(max_length=16, choices=Status.choices, default=Status.OPEN)
+    evidence = models.JSONField()
+    credited = models.DecimalField(max_digits=20, decimal_places=2, default=0)
+    credit_note = models.ForeignKey(
+        "billing.Note", null=True, blank=True, on_delete=models.PROTECT, related_name="disputes"
+    )
+    opened_at = models.DateTimeField(auto_now_add=True)
+
+    class Meta:
+        ordering = ["-opened_at", "-id"]
+        constraints = [
+            models.UniqueConstraint(
+                fields=["line"], condition=models.Q(status="open"), name="one_open_dispute_per_line"
+            )
+        ]
+
+    def __str__(self) -> str:
+        return f"dispute {self.pk} on line {self.line_id}: {self.status}"
+
+
+class DisputeEvent(models.Model):
+    """One step in a dispute's history."""
+
+    dispute = models.ForeignKey(Dispute, on_delete=models.CASCADE, related_name="events")
+    actor = models.ForeignKey(settings.AUTH_USER_MODEL, null=True, on_delete=models.SET_NULL)
+    action = models.CharField(max_length=32)
+    detail = models.JSONField(default=dict)
+    at = models.DateTimeField(auto_now_add=True)
+
+    class Meta:
+        ordering = ["dispute", "id"]
+
+    def __str__(self) -> str:
+        return f"{self.dispute_id} {self.action}"

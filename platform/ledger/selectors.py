@@ -1,0 +1,411 @@
+"""Reads of the ledger: proofs, checkpoints, completeness, the invoice export and the store audit."""
+
+from __future__ import annotations
+
+import base64
+import hashlib
+from collections import defaultdict
+from dataclasses import dataclass
+from typing import Any
+
+import orjson
+from django.db.models import QuerySet
+
+from agents.models import Agent
+from billing.models import Invoice
+from contracts.models import ContractPrice
+from ingest.models import SequenceGap
+
+from .merkle import consistency_path, inclusion_path, leaf_hash, multi_inclusion
+from .models import Checkpoint, Dispute, LogBatch, LogLeaf, TenantMembership
+from .store import stored_lines
+from .tree import StoredTree
+
+EXPORT_FORMAT = "treemeter-invoice-export/1"
+
+
+class LedgerLookupError(Exception):
+    """What was asked for does not exist (or is not the caller's): HTTP 404 / 409 with a code."""
+
+    def __init__(self, status: int, code: str, message: str) -> None:
+        super().__init__(message)
+        self.status, self.code, self.message = status, code, message
+
+
+def b64(data: bytes) -> str:
+    return base64.b64encode(data).decode()
+
+
+def tenant_of(user: Any) -> str | None:
+    """The tenant code a user acts for; None for staff (every tenant)."""
+    if user.is_staff:
+        return None
+    membership = TenantMembership.objects.select_related("tenant").filter(user=user).first()
+    if membership is None:
+        raise LedgerLookupError(403, "no_tenant", "This user acts for no tenant.")
+    return membership.tenant.code
+
+
+def checkpoints() -> QuerySet[Checkpoint]:
+    return Checkpoint.objects.all()
+
+
+def checkpoint_of_size(size: int | None) -> Checkpoint:
+    """The checkpoint for a tree size, or the latest one."""
+    rows = Checkpoint.objects.order_by("-size", "-id")
+    found = rows.filter(size=size).first() if size is not None else rows.first()
+    if found is None:
+        raise LedgerLookupError(404, "no_checkpoint", "No checkpoint of that size has been published.")
+    return found
+
+
+def checkpoint_json(checkpoint: Checkpoint) -> dict[str, Any]:
+    return {
+        "size": checkpoint.size,
+        "root_hash": b64(bytes(checkpoint.root_hash)),
+        "note": checkpoint.note,
+        "reason": checkpoint.reason,
+        "created_at": checkpoint.created_at.isoformat(),
+    }
+
+
+def inclusion_proof(record_id: str, size: int | None, tenant: str | None) -> dict[str, Any]:
+    """The RFC 6962 audit path of a record's (first) leaf against a checkpoint."""
+    leaves = LogLeaf.objects.filter(record_id=record_id)
+    if tenant is not None:
+        leaves = leaves.filter(tenant=tenant)
+    leaf = leaves.order_by("index").first()
+    if leaf is None:
+        raise LedgerLookupError(404, "unknown_record", f"No logged record {record_id}.")
+    checkpoint = checkpoint_of_size(size)
+    if leaf.index >= checkpoint.size:
+        raise LedgerLookupError(
+            409, "not_yet_checkpointed", f"Record {record_id} was logged after checkpoint {checkpoint.size}."
+        )
+    path = inclusion_path(leaf.index, checkpoint.size, StoredTree(checkpoint.size).subtree)
+    return {
+        "record_id": record_id,
+        "leaf_index": leaf.index,
+        "leaf_hash": b64(bytes(leaf.leaf_hash)),
+        "tree_size": checkpoint.size,
+        "proof": [b64(h) for h in path],
+        "checkpoint": checkpoint.note,
+    }
+
+
+def consistency_proof(old: int, new: int) -> dict[str, Any]:
+    first, second = checkpoint_of_size(old), checkpoint_of_size(new)
+    if first.size > second.size:
+        raise LedgerLookupError(
+            400, "sizes_reversed", "The first checkpoint must not be larger than the second."
+        )
+    path = consistency_path(first.size, second.size, StoredTree(second.size).subtree)
+    return {
+        "from_size": first.size,
+        "to_size": second.size,
+        "proof": [b64(h) for h in path],
+        "from_checkpoint": first.note,
+        "to_checkpoint": second.note,
+    }
+
+
+def invoice_for(invoice_id: int, tenant: str | None) -> Invoice:
+    rows = Invoice.objects.select_related("contract", "tenant").prefetch_related("lines")
+    if tenant is not None:
+        rows = rows.filter(tenant__code=tenant)
+    invoice = rows.filter(pk=invoice_id).first()
+    if invoice is None:
+        raise LedgerLookupError(404, "unknown_invoice", f"No invoice {invoice_id}.")
+    return invoice
+
+
+@dataclass
+class _Entries:
+    lines: list[bytes]
+    runs: list[list[int | None]]
+    missing: list[str]
+
+    def add(self, line: bytes, index: int | None, slot: int | None, position: int | None) -> None:
+        """Append a line; consecutive log indices in consecutive lines of one batch share a run."""
+        self.lines.append(line)
+        if self.runs:
+            count, first, run_slot, run_position = self.runs[-1]
+            assert count is not None
+            if (index is None and first is None) or (
+                index is not None
+                and first is not None
+                and run_position is not None
+                and position is not None
+                and index == first + count
+                and slot == run_slot
+                and position == run_position + count
+            ):
+                self.runs[-1][0] = count + 1
+                return
+        self.runs.append([1, index, slot, position])
+
+
+def invoice_export(invoice: Invoice, previous_sizes: list[int]) -> tuple[dict[str, Any], list[bytes]]:
+    """Everything an offline verifier needs for one invoice: a manifest and the record lines.
+
+    Layout (docs/ledger.md): the manifest, then one record per line, exactly the canonical bytes the
+    log hashed; ``runs`` say where each line sits in the log and in its signed batch.
+    """
+    start_ns, end_ns = _period_ns(invoice)
+    tenant, contract = invoice.tenant.code, invoice.contract.code
+    leaves = list(
+        LogLeaf.objects.filter(tenant=tenant, contract=contract, start_ns__gte=start_ns, start_ns__lt=end_ns)
+        .order_by("index")
+        .values_list("index", "record_id", "batch_id", "position", "agent_id", "seq")
+    )
+    checkpoint = checkpoint_of_size(None)
+    if leaves and leaves[-1][0] >= checkpoint.size:
+        raise LedgerLookupError(
+            409, "not_yet_checkpointed", f"The invoice's records reach past checkpoint {checkpoint.size}."
+        )
+    lines = stored_lines(tenant, contract, start_ns, end_ns)
+    batches, batch_slot, gaps = _agent_batches(leaves)
+    entries = _Entries([], [], [])
+    logged_ids: set[str] = set()
+    for index, record_id, batch_id, position, _, _ in leaves:
+        key = str(record_id)
+        if key in logged_ids:
+            continue  # a record id logged twice (re-sent under another seq): the first leaf counts
+        logged_ids.add(key)
+        line = lines.get(key)
+        if line is None:  # logged but gone from the store
+            entries.missing.append(key)
+            continue
+        entries.add(line, index, batch_slot[batch_id], position)
+    for key, line in lines.items():
+        if key not in logged_ids:  # stored but never logged: the verifier must see and refuse it
+            entries.add(line, None, None, None)
+    tree = StoredTree(checkpoint.size)
+    indices = [i + k for count, i, _, _ in entries.runs if i is not None and count for k in range(count)]
+    if indices:
+        tree.prefetch_leaves(indices[0], indices[-1] + 1)
+    manifest = {
+        "format": EXPORT_FORMAT,
+        "invoice": {
+            "id": invoice.pk,
+            "tenant": tenant,
+            "contract": contract,
+            "currency": invoice.currency,
+            "period_start_ns": start_ns,
+            "period_end_ns": end_ns,
+            "record_count": invoice.record_count,
+            "total": str(invoice.total),
+            "lines": [
+                {
+                    "kind": line.kind,
+                    "dimension": line.dimension,
+                    "quantity": str(line.quantity),
+                    "unit_price": str(line.unit_price),
+                    "amount": str(line.amount),
+                }
+                for line in invoice.lines.all()
+            ],
+        },
+        "prices": {
+            p.dimension: _charge_terms(p) for p in ContractPrice.objects.filter(contract=invoice.contract)
+        },
+        "checkpoint": checkpoint.note,
+        "consistency": [_consistency_entry(size, checkpoint.size, tree) for size in previous_sizes],
+        "lines": len(entries.lines),
+        "missing_records": entries.missing,
+        "runs": entries.runs,
+        "batches": batches,
+        "bundle": {
+            "tree_size": checkpoint.size,
+            "hashes": [b64(h) for h in multi_inclusion(indices, checkpoint.size, tree.subtree)],
+        },
+        "reported_gaps": gaps,
+    }
+    return manifest, entries.lines
+
+
+def _charge_terms(price: ContractPrice) -> dict[str, Any]:
+    properties = dict(price.properties)
+    if price.charge_model == ContractPrice.ChargeModel.PER_UNIT:
+        properties.setdefault("unit_price", str(price.unit_price))
+    return {
+        "charge_model": price.charge_model,
+        "properties": properties,
+        "included_quantity": str(price.included_quantity),
+    }
+
+
+def export_body(manifest: dict[str, Any], lines: list[bytes]) -> bytes:
+    """The export as one NDJSON body: the manifest line, then the record lines."""
+    return b"\n".join([orjson.dumps(manifest), *lines]) + b"\n"
+
+
+def _period_ns(invoice: Invoice) -> tuple[int, int]:
+    def ns(moment: Any) -> int:
+        seconds = int(moment.timestamp())
+        return seconds * 1_000_000_000 + moment.microsecond * 1000
+
+    return ns(invoice.period_start), ns(invoice.period_end)
+
+
+def _consistency_entry(old: int, new: int, tree: StoredTree) -> dict[str, Any]:
+    if not 0 <= old <= new:
+        raise LedgerLookupError(400, "bad_previous_size", f"No consistency proof from size {old} to {new}.")
+    return {"from_size": old, "proof": [b64(h) for h in consistency_path(old, new, tree.subtree)]}
+
+
+def _agent_batches(
+    leaves: list[tuple[Any, ...]],
+) -> tuple[list[dict[str, Any]], dict[int, int], dict[str, list[list[int]]]]:
+    """Every signed batch of the serving agents between their first and last invoice record.
+
+    Returned in agent then seq order, with each batch's slot in that list and the platform's open
+    gaps per agent in the same span.
+    """
+    spans: dict[int, list[int]] = defaultdict(list)
+    for _, _, _, _, agent_pk, seq in leaves:
+        span = spans[agent_pk]
+        spans[agent_pk] = [min(span[0], seq), max(span[1], seq)] if span else [seq, seq]
+    out: list[dict[str, Any]] = []
+    slot: dict[int, int] = {}
+    gaps: dict[str, list[list[int]]] = {}
+    agents = dict(Agent.objects.filter(pk__in=spans).values_list("pk", "agent_id"))
+    for agent_pk, (low, high) in sorted(spans.items(), key=lambda item: agents[item[0]]):
+        rows = LogBatch.objects.filter(agent_id=agent_pk, first_seq__lte=high, last_seq__gte=low).order_by(
+            "first_seq", "id"
+        )
+        for row in rows:
+            slot[row.pk] = len(out)
+            out.append(
+                {
+                    "header": bytes(row.header).decode(),
+                    "signature": b64(bytes(row.signature)),
+                    "leaf_hashes": b64(bytes(row.leaf_hashes)),
+                    "seqs": row.seqs,
+                }
+            )
+        gaps[agents[agent_pk]] = [
+            [g.first_missing, g.last_missing]
+            for g in SequenceGap.objects.filter(
+                agent_id=agent_pk, closed_at=None, first_missing__lte=high, last_missing__gte=low
+            )
+        ]
+    return out, slot, gaps
+
+
+def completeness_report(agent_id: str, start: Any, end: Any) -> dict[str, Any]:
+    """Seq ranges received and gaps for the batches an agent sent in [start, end)."""
+    agent = Agent.objects.filter(agent_id=agent_id).first()
+    if agent is None:
+        raise LedgerLookupError(404, "unknown_agent", f"No agent {agent_id}.")
+    batches = list(
+        agent.batches.filter(received_at__gte=start, received_at__lt=end).values_list("first_seq", "last_seq")
+    )
+    if not batches:
+        return {"agent_id": agent_id, "batches": 0, "ranges": [], "gaps": [], "complete": True}
+    low, high = min(first for first, _ in batches), max(last for _, last in batches)
+    ranges = [
+        [max(r.first_seq, low), min(r.last_seq, high)]
+        for r in agent.sequence_ranges.filter(first_seq__lte=high, last_seq__gte=low)
+    ]
+    gaps = [
+        [max(g.first_missing, low), min(g.last_missing, high)]
+        for g in agent.sequence_gaps.filter(closed_at=None, first_missing__lte=high, last_missing__gte=low)
+    ]
+    return {
+        "agent_id": agent_id,
+        "batches": len(batches),
+        "first_seq": low,
+        "last_seq": high,
+        "ranges": ranges,
+        "gaps": gaps,
+        "missing": sum(b - a + 1 for a, b in gaps),
+        "complete": not gaps,
+    }
+
+
+def audit_store(tenant: str, contract: str, start_ns: int, end_ns: int) -> dict[str, list[str]]:
+    """Compare the stored records with the log: changed, missing (deleted) and unlogged (inserted) ids."""
+    lines = stored_lines(tenant, contract, start_ns, end_ns)
+    logged = {
+        str(record_id): bytes(h)
+        for record_id, h in LogLeaf.objects.filter(
+            tenant=tenant, contract=contract, start_ns__gte=start_ns, start_ns__lt=end_ns
+        ).values_list("record_id", "leaf_hash")
+    }
+    return {
+        "changed": sorted(k for k, line in lines.items() if k in logged and leaf_hash(line) != logged[k]),
+        "missing": sorted(k for k in logged if k not in lines),
+        "unlogged": sorted(k for k in lines if k not in logged),
+    }
+
+
+def dispute_evidence(invoice: Invoice, line: Any) -> dict[str, Any]:
+    """What the platform holds for a disputed line: the signed checkpoint, a digest of exactly which
+    logged records the invoice covers, the signed batches they came in (and the hash of each raw batch
+    as received), and the serving agents' open gaps. The records and proofs themselves are the export.
+    """
+    start_ns, end_ns = _period_ns(invoice)
+    leaves = list(
+        LogLeaf.objects.filter(
+            tenant=invoice.tenant.code,
+            contract=invoice.contract.code,
+            start_ns__gte=start_ns,
+            start_ns__lt=end_ns,
+        )
+        .order_by("index")
+        .values_list("index", "leaf_hash", "batch_id", "agent_id", "seq")
+    )
+    digest = hashlib.sha256(b"".join(bytes(h) for _, h, _, _, _ in leaves)).hexdigest()
+    batch_ids = sorted({batch for _, _, batch, _, _ in leaves})
+    batches = LogBatch.objects.filter(pk__in=batch_ids).select_related("agent", "batch").order_by("pk")
+    _, _, gaps = _agent_batches([(i, None, b, None, a, s) for i, _, b, a, s in leaves])
+    checkpoint = Checkpoint.objects.order_by("-size", "-id").first()
+    return {
+        "line": {"dimension": line.dimension, "quantity": str(line.quantity), "amount": str(line.amount)},
+        "checkpoint": {"size": checkpoint.size, "note": checkpoint.note}
+        if checkpoint
+        else {"size": 0, "note": ""},
+        "records": len(leaves),
+        "log_indices": [leaves[0][0], leaves[-1][0]] if leaves else [],
+        "leaf_hashes_sha256": digest,
+        "batches": [
+            {
+                "agent_id": b.agent.agent_id,
+                "header_digest": b.batch.header_digest,
+                "body_sha256": b.body_sha256,
+                "first_seq": b.first_seq,
+                "last_seq": b.last_seq,
+            }
+            for b in batches
+        ],
+        "open_gaps": gaps,
+        "export": f"/v1/ledger/invoices/{invoice.pk}/export",
+    }
+
+
+def disputes(tenant: str | None) -> QuerySet[Dispute]:
+    rows = Dispute.objects.select_related("tenant").prefetch_related("events__actor")
+    return rows if tenant is None else rows.filter(tenant__code=tenant)
+
+
+def dispute_json(dispute: Dispute) -> dict[str, Any]:
+    return {
+        "id": dispute.pk,
+        "invoice": dispute.invoice_id,
+        "line": dispute.line_id,
+        "tenant": dispute.tenant.code,
+        "reason": dispute.reason,
+        "status": dispute.status,
+        "credited": str(dispute.credited),
+        "evidence": dispute.evidence,
+        "history": [
+            {
+                "action": e.action,
+                "actor": e.actor.get_username() if e.actor else None,
+                "at": e.at.isoformat(),
+                "detail": e.detail,
+            }
+            for e in dispute.events.all()
+        ],
+    }

@@ -1,0 +1,76 @@
+from django.contrib import admin
+
+from .models import (
+    AlertEvent,
+    CreditStep,
+    Exclusion,
+    Objective,
+    ServiceCredit,
+    SlaAlert,
+    SlaPolicy,
+    SlaReport,
+)
+
+
+class CreditStepInline(admin.TabularInline):
+    model = CreditStep
+    extra = 0
+
+
+class ObjectiveInline(admin.StackedInline):
+    model = Objective
+    extra = 0
+    show_change_link = True
+
+
+@admin.register(SlaPolicy)
+class SlaPolicyAdmin(admin.ModelAdmin):
+    list_display = ["name", "package", "contract", "time_zone"]
+    inlines = [ObjectiveInline]
+
+
+@admin.register(Objective)
+class ObjectiveAdmin(admin.ModelAdmin):
+    list_display = ["name", "policy", "kind", "layer", "threshold_ms", "target_percent", "timeslice_minutes"]
+    inlines = [CreditStepInline]
+
+
+@admin.register(Exclusion)
+class ExclusionAdmin(admin.ModelAdmin):
+    list_display = ["contract", "kind", "scope", "starts_at", "ends_at", "declared_by", "declared_at"]
+    list_filter = ["kind"]
+
+    def save_model(self, request, obj, form, change):
+        if not change:
+            obj.declared_by = request.user
+        super().save_model(request, obj, form, change)
+
+    def get_exclude(self, request, obj=None):
+        return ["declared_by"]
+
+
+@admin.register(SlaReport)
+class SlaReportAdmin(admin.ModelAdmin):
+    list_display = ["contract", "month", "status", "valid_count", "credit_percent", "computed_at"]
+    list_filter = ["status"]
+
+    def has_change_permission(self, request, obj=None):
+        return False
+
+
+@admin.register(ServiceCredit)
+class ServiceCreditAdmin(admin.ModelAdmin):
+    list_display = ["contract", "month", "credit_percent", "amount", "currency", "status"]
+
+
+class AlertEventInline(admin.TabularInline):
+    model = AlertEvent
+    extra = 0
+    readonly_fields = ["kind", "at", "payload"]
+
+
+@admin.register(SlaAlert)
+class SlaAlertAdmin(admin.ModelAdmin):
+    list_display = ["contract", "kind", "rule", "subject", "severity", "fired_at", "resolved_at"]
+    list_filter = ["kind", "severity", "rule"]
+    inlines = [AlertEventInline]

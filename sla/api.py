@@ -1,0 +1,262 @@
+"""/v1/sla/…: stored SLA reports and service credits, only ever the caller's own tenant's."""
+
+from __future__ import annotations
+
+from django.core.exceptions import ValidationError as ModelValidationError
+from django.http import HttpResponse
+from drf_spectacular.types import OpenApiTypes
+from drf_spectacular.utils import OpenApiParameter, extend_schema, extend_schema_view
+from rest_framework import generics, serializers, status
+from rest_framework.exceptions import ValidationError
+from rest_framework.permissions import IsAdminUser, IsAuthenticated
+from rest_framework.request import Request
+from rest_framework.response import Response
+
+from config.errors import error_response
+from contracts.models import Contract
+
+from .access import visible_tenant_ids
+from .models import Exclusion, ServiceCredit, SlaAlert, SlaReport
+from .pdf import LANGUAGES, PdfFontMissing, render_report_pdf
+from .periods import parse_month
+from .selectors import reports_for
+from .services import declare_exclusion
+
+
+class ReportSummarySerializer(serializers.ModelSerializer):
+    contract = serializers.CharField(source="contract.code")
+    tenant = serializers.CharField(source="contract.tenant.code")
+
+    class Meta:
+        model = SlaReport
+        fields = [
+            "id",
+            "contract",
+            "tenant",
+            "month",
+            "status",
+            "valid_count",
+            "credit_percent",
+            "computed_at",
+        ]
+
+
+class ReportSerializer(ReportSummarySerializer):
+    class Meta:
+        model = SlaReport
+        fields = [
+            "id",
+            "contract",
+            "tenant",
+            "month",
+            "time_zone",
+            "period_start",
+            "period_end",
+            "status",
+            "record_count",
+            "rejected_count",
+            "excluded_count",
+            "valid_count",
+            "terms",
+            "objectives",
+            "percentiles_ms",
+            "daily",
+            "exclusions",
+            "credit_percent",
+            "data_watermark",
+            "ledger_checkpoint",
+            "computed_at",
+        ]
+
+
+@extend_schema_view(
+    get=extend_schema(
+        parameters=[
+            OpenApiParameter("contract", str, description="A contract code."),
+            OpenApiParameter("month", str, description="YYYY-MM in the policy's time zone."),
+        ]
+    )
+)
+class ReportListView(generics.ListAPIView):
+    """The caller's tenants' SLA reports; filter with ?contract=<code> and ?month=YYYY-MM."""
+
+    serializer_class = ReportSummarySerializer
+
+    def get_queryset(self):
+        reports = reports_for(self.request.user)
+        contract = self.request.query_params.get("contract")
+        month = self.request.query_params.get("month")
+        if month is not None:
+            try:
+                parse_month(month)
+            except ValueError as error:
+                raise ValidationError({"month": [str(error)]}) from error
+            reports = reports.filter(month=month)
+        return reports if contract is None else reports.filter(contract__code=contract)
+
+
+class ReportDetailView(generics.RetrieveAPIView):
+    """One stored SLA report, as measured: objectives, budget, daily counts, exclusions and credit."""
+
+    serializer_class = ReportSerializer
+
+    def get_queryset(self):
+        return reports_for(self.request.user)
+
+
+class ReportPdfView(generics.GenericAPIView):
+    """The report as a PDF, in English (?lang=en) or Simplified Chinese (?lang=zh-Hans)."""
+
+    serializer_class = ReportSerializer
+
+    def get_queryset(self):
+        return reports_for(self.request.user)
+
+    @extend_schema(
+        parameters=[OpenApiParameter("lang", str, enum=list(LANGUAGES), default="en")],
+        responses={(200, "application/pdf"): OpenApiTypes.BINARY},
+    )
+    def get(self, request: Request, *args: object, **kwargs: object) -> HttpResponse:
+        report = self.get_object()
+        language = request.query_params.get("lang", "en")
+        if language not in LANGUAGES:
+            return error_response(
+                400,
+                "unsupported_language",
+                f"lang must be one of {', '.join(LANGUAGES)}.",
+                {"lang": language},
+            )
+        try:
+            pdf = render_report_pdf(report, language)
+        except PdfFontMissing as error:
+            return error_response(503, "pdf_font_missing", str(error), {"lang": language})
+        response = HttpResponse(pdf, content_type="application/pdf")
+        response["Content-Disposition"] = (
+            f'inline; filename="sla-{report.contract.code}-{report.month}-{language}.pdf"'
+        )
+        return response
+
+
+class CreditSerializer(serializers.ModelSerializer):
+    contract = serializers.CharField(source="contract.code")
+
+    class Meta:
+        model = ServiceCredit
+        fields = [
+            "id",
+            "contract",
+            "month",
+            "report",
+            "credit_percent",
+            "fee_basis",
+            "amount",
+            "currency",
+            "description",
+            "status",
+        ]
+
+
+class CreditListView(generics.ListAPIView):
+    """The caller's tenants' service credits."""
+
+    serializer_class = CreditSerializer
+
+    def get_queryset(self):
+        credits = ServiceCredit.objects.select_related("contract")
+        tenant_ids = visible_tenant_ids(self.request.user)
+        return credits if tenant_ids is None else credits.filter(contract__tenant_id__in=tenant_ids)
+
+
+class ExclusionSerializer(serializers.ModelSerializer):
+    contract = serializers.SlugRelatedField(slug_field="code", queryset=Contract.objects.all())
+    declared_by = serializers.CharField(source="declared_by.username", read_only=True)
+
+    class Meta:
+        model = Exclusion
+        fields = [
+            "id",
+            "contract",
+            "kind",
+            "scope",
+            "starts_at",
+            "ends_at",
+            "reason",
+            "declared_by",
+            "declared_at",
+        ]
+        read_only_fields = ["id", "declared_by", "declared_at"]
+
+
+class ExclusionListView(generics.ListCreateAPIView):
+    """GET: the caller's tenants' exclusions. POST (staff): declare one; the same again returns it (200)."""
+
+    serializer_class = ExclusionSerializer
+
+    def get_permissions(self):
+        return [IsAdminUser()] if self.request.method == "POST" else [IsAuthenticated()]
+
+    def get_queryset(self):
+        exclusions = Exclusion.objects.select_related("contract", "declared_by")
+        tenant_ids = visible_tenant_ids(self.request.user)
+        return exclusions if tenant_ids is None else exclusions.filter(contract__tenant_id__in=tenant_ids)
+
+    def create(self, request: Request, *args: object, **kwargs: object) -> Response:
+        serializer = ExclusionSerializer(data=request.data)
+        serializer.is_valid(raise_exception=True)
+        data = serializer.validated_data
+        try:
+            exclusion, created = declare_exclusion(
+                data["contract"],
+                kind=data["kind"],
+                scope=data.get("scope", Exclusion.Scope.ALL),
+                starts_at=data["starts_at"],
+                ends_at=data["ends_at"],
+                reason=data["reason"],
+                declared_by=request.user,  # type: ignore[arg-type]
+            )
+        except ModelValidationError as error:
+            raise ValidationError(
+                error.message_dict if hasattr(error, "error_dict") else error.messages
+            ) from error
+        return Response(
+            ExclusionSerializer(exclusion).data,
+            status=status.HTTP_201_CREATED if created else status.HTTP_200_OK,
+        )
+
+
+class AlertSerializer(serializers.ModelSerializer):
+    contract = serializers.CharField(source="contract.code")
+
+    class Meta:
+        model = SlaAlert
+        fields = [
+            "id",
+            "contract",
+            "kind",
+            "rule",
+            "subject",
+            "severity",
+            "fired_at",
+            "resolved_at",
+            "measured",
+        ]
+
+
+@extend_schema_view(
+    get=extend_schema(
+        parameters=[OpenApiParameter("open", bool, description="Only alerts not yet resolved.")]
+    )
+)
+class AlertListView(generics.ListAPIView):
+    """The caller's tenants' SLA alerts (burn rate, route jitter, silent experts), newest first."""
+
+    serializer_class = AlertSerializer
+
+    def get_queryset(self):
+        alerts = SlaAlert.objects.select_related("contract")
+        tenant_ids = visible_tenant_ids(self.request.user)
+        if tenant_ids is not None:
+            alerts = alerts.filter(contract__tenant_id__in=tenant_ids)
+        if self.request.query_params.get("open") in ("1", "true"):
+            alerts = alerts.filter(resolved_at__isnull=True)
+        return alerts

@@ -1,0 +1,243 @@
+"""The monthly SLA report as a PDF, in English or Simplified Chinese, with an embedded TrueType CJK font.
+
+ReportLab's built-in CID fonts are not embedded (a viewer without Asian font packs shows blanks), so
+Chinese text uses a TTF subset embedded in the file: Debian's fonts-wqy-zenhei by default, or the
+file named by the SLA_PDF_CJK_FONT setting.
+"""
+
+from __future__ import annotations
+
+from html import escape
+from io import BytesIO
+from pathlib import Path
+
+from django.conf import settings
+from reportlab.graphics.charts.barcharts import VerticalBarChart
+from reportlab.graphics.shapes import Drawing
+from reportlab.lib import colors
+from reportlab.lib.pagesizes import A4
+from reportlab.lib.styles import ParagraphStyle
+from reportlab.lib.units import mm
+from reportlab.pdfbase import pdfmetrics
+from reportlab.pdfbase.ttfonts import TTFont
+from reportlab.platypus import Paragraph, SimpleDocTemplate, Spacer, Table, TableStyle
+
+from .models import SlaReport
+
+DEFAULT_CJK_FONT = "/usr/share/fonts/truetype/wqy/wqy-zenhei.ttc"
+CJK_FONT_NAME = "TreemeterCJK"
+LANGUAGES = ("en", "zh-Hans")
+
+LABELS = {
+    "en": {
+        "title": "SLA report",
+        "window": "Window",
+        "status": "Status",
+        "final": "final",
+        "provisional": "provisional",
+        "requests": "Requests",
+        "records": "Records",
+        "rejected": "Rejected (customer 4xx)",
+        "excluded": "Excluded",
+        "valid": "Valid",
+        "objective": "Objective",
+        "objectives": "Objectives",
+        "target": "Target %",
+        "measured": "Measured %",
+        "good": "Good / eligible",
+        "spent": "Budget spent %",
+        "credit": "Credit %",
+        "no_traffic": "no traffic",
+        "percentiles": "Latency percentiles (ms)",
+        "layer": "Layer",
+        "daily": "Daily",
+        "exclusions": "Exclusions",
+        "none": "None.",
+        "declared_by": "declared by",
+        "total_credit": "Service credit: {credit} % of the month's fee",
+        "provenance": "Data as of {watermark}; ledger checkpoint {checkpoint}.",
+        "pending": "not yet available",
+    },
+    "zh-Hans": {
+        "title": "服务等级协议（SLA）报告",
+        "window": "统计周期",
+        "status": "状态",
+        "final": "已结算",
+        "provisional": "暂定",
+        "requests": "请求",
+        "records": "记录数",
+        "rejected": "已拒绝（客户 4xx）",
+        "excluded": "已排除",
+        "valid": "有效请求",
+        "objective": "目标",
+        "objectives": "服务目标",
+        "target": "目标值 %",
+        "measured": "实测值 %",
+        "good": "达标 / 计入",
+        "spent": "错误预算消耗 %",
+        "credit": "赔付 %",
+        "no_traffic": "无流量",
+        "percentiles": "延迟分位数（毫秒）",
+        "layer": "层",
+        "daily": "每日",
+        "exclusions": "排除项",
+        "none": "无。",
+        "declared_by": "声明人",
+        "total_credit": "服务赔付：当月费用的 {credit} %",
+        "provenance": "数据截至 {watermark}；账本检查点 {checkpoint}。",
+        "pending": "暂不可用",
+    },
+}
+
+
+class PdfFontMissing(RuntimeError):
+    """The CJK font file is not installed, so a Chinese PDF cannot be made."""
+
+
+def cjk_font_path() -> Path:
+    return Path(getattr(settings, "SLA_PDF_CJK_FONT", DEFAULT_CJK_FONT))
+
+
+def _font(language: str) -> str:
+    """The embedded CJK font when present (needed for zh-Hans; used for en too, for Chinese reasons)."""
+    path = cjk_font_path()
+    if not path.is_file():
+        if language == "en":
+            return "Helvetica"
+        raise PdfFontMissing(
+            f"The CJK font {path} is missing: install fonts-wqy-zenhei or set SLA_PDF_CJK_FONT."
+        )
+    if CJK_FONT_NAME not in pdfmetrics.getRegisteredFontNames():
+        pdfmetrics.registerFont(TTFont(CJK_FONT_NAME, str(path), subfontIndex=0))
+    return CJK_FONT_NAME
+
+
+def _daily_chart(report: SlaReport, font: str) -> Drawing:
+    """Bars of the first objective's daily percentage (days without traffic at 100 %)."""
+    drawing = Drawing(170 * mm, 55 * mm)
+    chart = VerticalBarChart()
+    chart.x, chart.y, chart.width, chart.height = 12 * mm, 8 * mm, 150 * mm, 42 * mm
+    name = report.objectives[0]["name"] if report.objectives else None
+    values = []
+    for day in report.daily:
+        percent = day["objectives"].get(name, {}).get("percent") if name else None
+        values.append(100.0 if percent is None else float(percent))
+    chart.data = [values or [0.0]]
+    low = min(values, default=100.0)
+    chart.valueAxis.valueMin = max(0.0, min(low, 99.0) - 1)
+    chart.valueAxis.valueMax = 100.0
+    chart.categoryAxis.categoryNames = [d["day"][-2:] for d in report.daily]
+    chart.categoryAxis.labels.fontName = chart.valueAxis.labels.fontName = font
+    chart.categoryAxis.labels.fontSize = 6
+    chart.bars[0].fillColor = colors.HexColor("#33aa77")
+    drawing.add(chart)
+    return drawing
+
+
+def render_report_pdf(report: SlaReport, language: str) -> bytes:
+    """The report as PDF bytes in `language` ('en' or 'zh-Hans')."""
+    if language not in LANGUAGES:
+        raise ValueError(f"unsupported language {language!r}")
+    text = LABELS[language]
+    font = _font(language)
+    body = ParagraphStyle("body", fontName=font, fontSize=9, leading=13, wordWrap="CJK")
+    heading = ParagraphStyle("heading", parent=body, fontSize=15, leading=20, spaceAfter=6)
+    subheading = ParagraphStyle("subheading", parent=body, fontSize=11, leading=16, spaceBefore=8)
+    grid = TableStyle(
+        [
+            ("FONTNAME", (0, 0), (-1, -1), font),
+            ("FONTSIZE", (0, 0), (-1, -1), 8),
+            ("GRID", (0, 0), (-1, -1), 0.3, colors.grey),
+            ("BACKGROUND", (0, 0), (-1, 0), colors.HexColor("#eeeeee")),
+        ]
+    )
+    status = text["final"] if report.status == SlaReport.Status.FINAL else text["provisional"]
+    story: list = [
+        Paragraph(f"{text['title']}: {report.contract.code} · {report.month}", heading),
+        Paragraph(
+            f"{text['window']}: {report.period_start:%Y-%m-%d %H:%M} – "
+            f"{report.period_end:%Y-%m-%d %H:%M} UTC ({report.time_zone}) · {text['status']}: {status}",
+            body,
+        ),
+        Paragraph(text["requests"], subheading),
+        Table(
+            [
+                [text["records"], text["rejected"], text["excluded"], text["valid"]],
+                [report.record_count, report.rejected_count, report.excluded_count, report.valid_count],
+            ],
+            style=grid,
+        ),
+        Paragraph(text["objectives"], subheading),
+        Table(
+            [
+                [
+                    text["objective"],
+                    text["layer"],
+                    "ms",
+                    text["target"],
+                    text["measured"],
+                    text["good"],
+                    text["spent"],
+                    text["credit"],
+                ]
+            ]
+            + [
+                [
+                    o["name"],
+                    o["layer"],
+                    o["threshold_ms"] or "",
+                    o["target_percent"],
+                    o["measured_percent"] or text["no_traffic"],
+                    f"{o['good']} / {o['eligible']}",
+                    o["budget_spent_percent"] or "",
+                    o["credit_percent"],
+                ]
+                for o in report.objectives
+            ],
+            style=grid,
+        ),
+        Spacer(1, 4),
+        Paragraph(text["total_credit"].format(credit=report.credit_percent.normalize()), body),
+        Paragraph(text["percentiles"], subheading),
+        Table(
+            [[text["layer"], "p50", "p90", "p95", "p99", "p99.9"]]
+            + [
+                [layer, *(points.values() if points else [text["no_traffic"], "", "", "", ""])]
+                for layer, points in report.percentiles_ms.items()
+            ],
+            style=grid,
+        ),
+        Paragraph(text["daily"], subheading),
+        _daily_chart(report, font),
+        Paragraph(text["exclusions"], subheading),
+    ]
+    if report.exclusions:
+        story += [
+            Paragraph(
+                f"{x['kind']} ({x['scope']}): {x['starts_at']} – {x['ends_at']}: {escape(x['reason'])} "
+                f"({text['declared_by']} {escape(x['declared_by'])})",
+                body,
+            )
+            for x in report.exclusions
+        ]
+    else:
+        story.append(Paragraph(text["none"], body))
+    watermark = f"{report.data_watermark:%Y-%m-%d %H:%M:%S} UTC" if report.data_watermark else "–"
+    story.append(Spacer(1, 6))
+    story.append(
+        Paragraph(
+            text["provenance"].format(
+                watermark=watermark, checkpoint=report.ledger_checkpoint or text["pending"]
+            ),
+            body,
+        )
+    )
+    out = BytesIO()
+    SimpleDocTemplate(
+        out,
+        pagesize=A4,
+        title=f"SLA {report.contract.code} {report.month}",
+        leftMargin=15 * mm,
+        rightMargin=15 * mm,
+    ).build(story)
+    return out.getvalue()

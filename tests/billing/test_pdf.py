@@ -1,0 +1,97 @@
+"""PDF invoices in English and Simplified Chinese with an embedded CJK font."""
+
+from __future__ import annotations
+
+import subprocess
+from datetime import UTC, datetime
+from decimal import Decimal
+from pathlib import Path
+
+import pytest
+from django.contrib.auth import get_user_model
+from django.test import Client
+
+from billing.models import Invoice
+from billing.pdf import cjk_font_path, render_invoice_pdf
+from billing.periods import month_bounds
+from billing.selectors import invoice_with_lines
+from billing.services import generate_invoice, grant_credits
+from contracts.models import ContractPrice
+from ledger.models import TenantMembership
+from tests.billing.usage import at, send
+from tests.factories import ContractFactory, TenantFactory
+
+pytestmark = [
+    pytest.mark.usefixtures("clickhouse"),
+    pytest.mark.django_db,
+    pytest.mark.skipif(cjk_font_path() is None, reason="needs Debian's fonts-wqy-zenhei (see .ci/run)"),
+]
+
+
+def _invoice() -> int:
+    tenant = TenantFactory.create(name="Acme Legal 律所")
+    contract = ContractFactory.create(tenant=tenant, base_fee=Decimal("100"), tax_rate=Decimal("0.06"))
+    ContractPrice.objects.create(contract=contract, dimension="requests", unit_price=Decimal("0.05"))
+    ContractPrice.objects.create(contract=contract, dimension="tokens_in", unit_price=Decimal("0.0000015"))
+    send(contract, 7, at(2026, 11, 3))
+    grant_credits(contract, Decimal("10.00"), "g1")
+    return generate_invoice(contract.pk, *month_bounds("2026-11"), now=datetime(2026, 12, 2, tzinfo=UTC)).pk
+
+
+def _text(pdf: bytes, tmp_path: Path) -> str:
+    path = tmp_path / "invoice.pdf"
+    path.write_bytes(pdf)
+    return subprocess.run(
+        ["pdftotext", "-layout", str(path), "-"], capture_output=True, check=True, text=True
+    ).stdout
+
+
+@pytest.mark.parametrize(
+    ("language", "words"),
+    [
+        ("en", ["Invoice TREEMETER-000001", "Acme Legal 律所", "Amount due", "Tax 6 %", "Base fee 2026-11"]),
+        (
+            "zh-Hans",
+            [
+                "发票 TREEMETER-000001",
+                "客户: Acme Legal 律所",
+                "请求数",
+                "基本费 Base fee",
+                "应付金额",
+                "税额 6 %",
+            ],
+        ),
+    ],
+)
+def test_the_pdf_has_the_lines_totals_and_chinese_text(
+    language: str, words: list[str], tmp_path: Path
+) -> None:
+    pdf = render_invoice_pdf(invoice_with_lines(_invoice()), language)
+
+    assert pdf.startswith(b"%PDF") and b"/FontFile2" in pdf  # the TrueType font is embedded
+    text = _text(pdf, tmp_path)
+    for word in words:
+        assert word in text
+    # 7 × 0.05 = 0.35; 700 × 0.0000015 = 0.00105 → 0.00; base 100; tax 6 % of 100.35 = 6.02; credits 10
+    for amount in ("0.35", "100.00", "100.35", "6.02", "106.37", "-10.00", "96.37 CNY"):
+        assert amount in text
+
+
+def test_the_pdf_endpoint_serves_staff_and_the_invoice_s_own_tenant_only(client: Client) -> None:
+    pk = _invoice()
+    assert client.get(f"/v1/invoices/{pk}.pdf").status_code == 403
+    own, other = Client(), Client()
+    own_user = get_user_model().objects.create_user("own")
+    TenantMembership.objects.create(user=own_user, tenant=Invoice.objects.get(pk=pk).tenant)
+    other_user = get_user_model().objects.create_user("other")
+    TenantMembership.objects.create(user=other_user, tenant=TenantFactory.create())
+    own.force_login(own_user)
+    other.force_login(other_user)
+    assert own.get(f"/v1/invoices/{pk}.pdf").status_code == 200
+    response = other.get(f"/v1/invoices/{pk}.pdf")
+    assert (response.status_code, response.json()["code"]) == (404, "invoice_not_found")
+    client.force_login(get_user_model().objects.create_user("ops", is_staff=True))
+    response = client.get(f"/v1/invoices/{pk}.pdf?lang=zh-Hans")
+    assert response.status_code == 200 and response["Content-Type"] == "application/pdf"
+    bad = client.get(f"/v1/invoices/{pk}.pdf?lang=fr")
+    assert (bad.status_code, bad.json()["code"]) == (400, "unsupported_language")

@@ -1,0 +1,155 @@
+"""/v1/ledger/...: checkpoints, proofs and completeness over real ingested data, tenant by tenant."""
+
+from __future__ import annotations
+
+import base64
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+import pytest
+from django.test import Client
+
+from ledger.merkle import leaf_hash
+from ledger.models import Checkpoint, LogLeaf
+from ledger.services import publish_checkpoint
+from tests.factories import ContractFactory, signing_agent
+from tests.ledger.support import member_client, send, staff_client
+from treemeter_records import canonical_bytes
+from treemeter_verify.merkle import root_from_inclusion, verify_consistency
+
+pytestmark = [pytest.mark.django_db, pytest.mark.usefixtures("clickhouse")]
+
+
+def b64d(text: str) -> bytes:
+    return base64.b64decode(text)
+
+
+@pytest.fixture
+def two_tenants(client: Client) -> tuple[Any, Any, list[dict[str, Any]]]:
+    """Tenants A and B served by one agent, their records interleaved in the log."""
+    a, b = ContractFactory.create(), ContractFactory.create()
+    agent = signing_agent(a, b)
+    records = [agent.record(a if i % 3 else b) for i in range(9)]
+    send(client, agent, records[:4])
+    send(client, agent, records[4:])
+    return a, b, records
+
+
+def test_inclusion_proofs_lead_to_the_signed_root(two_tenants: Any) -> None:
+    a, _, records = two_tenants
+    checkpoint = publish_checkpoint(Checkpoint.Reason.MANUAL)
+    customer = member_client(a, "alice")
+    for index, record in enumerate(records):
+        if record["tenant"] != a.tenant.code:
+            continue
+        response = customer.get(f"/v1/ledger/records/{record['record_id']}/inclusion")
+        assert response.status_code == 200, response.content
+        proof = response.json()
+        assert (proof["leaf_index"], proof["tree_size"], proof["checkpoint"]) == (index, 9, checkpoint.note)
+        leaf = leaf_hash(canonical_bytes(record))
+        assert b64d(proof["leaf_hash"]) == leaf
+        root = root_from_inclusion(index, 9, leaf, [b64d(h) for h in proof["proof"]])
+        assert root == bytes(checkpoint.root_hash)
+
+
+def test_a_tenant_never_gets_proofs_or_exports_of_another_tenant(two_tenants: Any) -> None:
+    a, b, records = two_tenants
+    publish_checkpoint(Checkpoint.Reason.MANUAL)
+    alice = member_client(a, "alice")
+    foreign = next(r for r in records if r["tenant"] == b.tenant.code)
+    response = alice.get(f"/v1/ledger/records/{foreign['record_id']}/inclusion")
+    assert (response.status_code, response.json()["code"]) == (404, "unknown_record")
+    staff = staff_client()
+    assert staff.get(f"/v1/ledger/records/{foreign['record_id']}/inclusion").status_code == 200
+    from django.contrib.auth.models import User
+
+    nobody = Client()
+    nobody.force_login(User.objects.create_user(username="nobody", password="pw"))
+    response = nobody.get(f"/v1/ledger/records/{foreign['record_id']}/inclusion")
+    assert (response.status_code, response.json()["code"]) == (403, "no_tenant")
+    assert Client().get(f"/v1/ledger/records/{foreign['record_id']}/inclusion").status_code == 403
+    assert Client().get("/v1/ledger/checkpoints").status_code == 403
+
+
+def test_proofs_hold_only_hashes_of_other_tenants_records(two_tenants: Any) -> None:
+    a, b, records = two_tenants
+    publish_checkpoint(Checkpoint.Reason.MANUAL)
+    own = next(r for r in records if r["tenant"] == a.tenant.code)
+    body = member_client(a, "alice").get(f"/v1/ledger/records/{own['record_id']}/inclusion").content
+    assert b.tenant.code.encode() not in body and b.code.encode() not in body
+    foreign_ids = [r["record_id"].encode() for r in records if r["tenant"] == b.tenant.code]
+    assert not any(record_id in body for record_id in foreign_ids)
+
+
+def test_consistency_proof_between_two_checkpoints(client: Client) -> None:
+    contract = ContractFactory.create()
+    agent = signing_agent(contract)
+    send(client, agent, [agent.record(contract) for _ in range(6)])
+    old = publish_checkpoint(Checkpoint.Reason.MANUAL)
+    send(client, agent, [agent.record(contract) for _ in range(7)])
+    new = publish_checkpoint(Checkpoint.Reason.MANUAL)
+    viewer = member_client(contract, "carol")
+    response = viewer.get("/v1/ledger/consistency", {"from": 6, "to": 13})
+    assert response.status_code == 200, response.content
+    proof = response.json()
+    assert (proof["from_size"], proof["to_size"], len(proof["proof"])) == (6, 13, 4)
+    verify_consistency(6, 13, bytes(old.root_hash), bytes(new.root_hash), [b64d(h) for h in proof["proof"]])
+    assert viewer.get("/v1/ledger/consistency", {"from": 13, "to": 6}).json()["code"] == "sizes_reversed"
+    assert viewer.get("/v1/ledger/consistency", {"from": 5, "to": 13}).json()["code"] == "no_checkpoint"
+    assert viewer.get("/v1/ledger/consistency", {"from": "x", "to": "13"}).status_code == 400
+
+
+def test_checkpoints_are_listed_and_published_by_staff_only(client: Client) -> None:
+    contract = ContractFactory.create()
+    agent = signing_agent(contract)
+    send(client, agent, [agent.record(contract) for _ in range(2)])
+    customer = member_client(contract, "dave")
+    response = customer.post("/v1/ledger/checkpoints")
+    assert (response.status_code, response.json()["code"]) == (403, "permission_denied")
+    staff = staff_client()
+    created = staff.post("/v1/ledger/checkpoints")
+    assert created.status_code == 201 and created.json()["size"] == 2
+    listed = customer.get("/v1/ledger/checkpoints").json()["checkpoints"]
+    assert [(c["size"], c["reason"]) for c in listed] == [(2, "manual")]
+    assert customer.get("/v1/ledger/checkpoints/2").json()["note"] == listed[0]["note"]
+    assert customer.get("/v1/ledger/checkpoints/3").json()["code"] == "no_checkpoint"
+
+
+def test_a_record_logged_after_the_checkpoint_is_not_yet_provable(client: Client) -> None:
+    contract = ContractFactory.create()
+    agent = signing_agent(contract)
+    send(client, agent, [agent.record(contract)])
+    publish_checkpoint(Checkpoint.Reason.MANUAL)
+    late = agent.record(contract)
+    send(client, agent, [late])
+    response = member_client(contract, "erin").get(f"/v1/ledger/records/{late['record_id']}/inclusion")
+    assert (response.status_code, response.json()["code"]) == (409, "not_yet_checkpointed")
+    assert LogLeaf.objects.count() == 2
+
+
+def test_completeness_report_and_gap_events_for_staff(client: Client) -> None:
+    contract = ContractFactory.create()
+    agent = signing_agent(contract)
+    send(client, agent, [agent.record(contract, seq=s) for s in (0, 1, 2)])
+    send(client, agent, [agent.record(contract, seq=s) for s in (6, 7)])
+    staff = staff_client()
+    now = datetime.now(UTC)
+    period = {"start": (now - timedelta(hours=1)).isoformat(), "end": (now + timedelta(hours=1)).isoformat()}
+    report = staff.get("/v1/ledger/agents/agent-1/completeness", period).json()
+    assert report == {
+        "agent_id": "agent-1",
+        "batches": 2,
+        "first_seq": 0,
+        "last_seq": 7,
+        "ranges": [[0, 2], [6, 7]],
+        "gaps": [[3, 5]],
+        "missing": 3,
+        "complete": False,
+    }
+    assert staff.get("/v1/ledger/agents/agent-1/completeness", {"start": "yesterday"}).status_code == 400
+    assert staff.get("/v1/ledger/agents/nope/completeness", period).status_code == 404
+    events = staff.get("/v1/ledger/events").json()["events"]
+    assert [(e["kind"], e["payload"]["first_missing"], e["payload"]["last_missing"]) for e in events] == [
+        ("ledger.sequence_gap", 3, 5)
+    ]
+    assert member_client(contract, "fay").get("/v1/ledger/events").status_code == 403
