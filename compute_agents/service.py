@@ -110,9 +110,6 @@ class AgentService:
         (finish reason and usage) and ``[DONE]``. A client that leaves early does not stop the metering.
         """
         admitted = self._admit(trip, entitlement, body)
-        return self._events(trip, entitlement, body, admitted)
-
-    def _events(self, trip: Trip, entitlement: Entitlement, body: Any, admitted: Admitted) -> Iterator[bytes]:
         texts: queue.Queue[str | None] = queue.Queue()
         outcome: dict[str, Any] = {}
 
@@ -124,7 +121,13 @@ class AgentService:
             finally:
                 texts.put(None)
 
+        # Started now, not on first read: the work and its record happen even if nobody reads.
         threading.Thread(target=work, name="generate", daemon=True).start()
+        return self._events(trip, body, texts, outcome)
+
+    def _events(
+        self, trip: Trip, body: Any, texts: queue.Queue[str | None], outcome: dict[str, Any]
+    ) -> Iterator[bytes]:
         chat = trip.route == "/v1/chat/completions"
         stream_id = ("chatcmpl-" if chat else "cmpl-") + uuid.uuid4().hex
         while (text := texts.get()) is not None:

@@ -51,26 +51,25 @@ def reconcile(contract: Contract, kind: str, holding: dict[tuple[str, str], Cond
             (a.rule, a.subject): a
             for a in SlaAlert.objects.filter(contract=contract, kind=kind, resolved_at__isnull=True)
         }
+        still_open = [alert.pk for key, alert in open_alerts.items() if key in holding]
+        SlaAlert.objects.filter(pk__in=still_open).update(last_evaluated_at=now)
         for key, condition in holding.items():
-            alert = open_alerts.get(key)
-            if alert is None:
-                alert = SlaAlert.objects.create(
-                    contract=contract,
-                    kind=kind,
-                    rule=key[0],
-                    subject=key[1],
-                    objective=condition.objective,
-                    severity=condition.severity,
-                    fired_at=now,
-                    measured=condition.measured,
-                    last_evaluated_at=now,
-                )
-                AlertEvent.objects.create(
-                    alert=alert, kind="fired", at=now, payload=_payload(alert, "fired", now)
-                )
-            else:
-                alert.last_evaluated_at = now
-                alert.save(update_fields=["last_evaluated_at"])
+            if key in open_alerts:
+                continue
+            alert = SlaAlert.objects.create(
+                contract=contract,
+                kind=kind,
+                rule=key[0],
+                subject=key[1],
+                objective=condition.objective,
+                severity=condition.severity,
+                fired_at=now,
+                measured=condition.measured,
+                last_evaluated_at=now,
+            )
+            AlertEvent.objects.create(
+                alert=alert, kind="fired", at=now, payload=_payload(alert, "fired", now)
+            )
         for key, alert in open_alerts.items():
             if key not in holding:
                 alert.resolved_at = alert.last_evaluated_at = now

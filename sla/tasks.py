@@ -13,7 +13,7 @@ from contracts.models import Contract
 from .alerts import evaluate_policy_burn_rates
 from .health import evaluate_health
 from .models import SlaPolicy
-from .periods import month_of, month_window, previous_month
+from .periods import SETTLE, month_of, month_window, previous_month
 from .services import close_period
 from .terms import policy_for
 
@@ -47,8 +47,9 @@ def close_due_periods_task(now_iso: str | None = None) -> int:
         if policy is None:
             continue
         month = previous_month(month_of(now, policy.time_zone))
-        if contract.starts_at >= month_window(month, policy.time_zone)[1]:
-            continue  # the contract had not started in that month
+        end = month_window(month, policy.time_zone)[1]
+        if contract.starts_at >= end or end + SETTLE > now:
+            continue  # the contract had not started in that month, or the month is still settling
         close_period(contract, month, now=now)
         closed += 1
     return closed

@@ -233,6 +233,15 @@ def test_streamed_completions_send_text_as_it_comes_and_meter_it(
     assert records[1]["tokens_in"] == whole["usage"]["prompt_tokens"]
     bad = client.post("/v1/completions", json={**completion(), "stream": "yes"}, headers=bearer(key))
     assert bad.status_code == 400 and bad.json()["error"]["param"] == "stream"
+    with client.stream(
+        "POST", "/v1/completions", json={**completion(max_tokens=6), "stream": True}, headers=bearer(key)
+    ) as left_early:
+        assert left_early.status_code == 200  # the client leaves without reading a byte
+    spool = harness.agent.service.spool
+    deadline = time.monotonic() + 30
+    while spool.status().next_seq < 5 and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert orjson.loads(spool.pending(10)[-1][2])["tokens_out"] == 6
 
 
 def test_metrics_report_what_the_records_say(tiny_model: Path, tmp_path: Path, live_server: Any) -> None:

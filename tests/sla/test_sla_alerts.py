@@ -54,6 +54,7 @@ def test_an_outage_fires_every_rule_once_and_each_resolves_when_its_short_window
 
     assert evaluate_burn_rates(contract, now=NOW + timedelta(seconds=30)) == 4  # still failing: no new alerts
     assert SlaAlert.objects.count() == AlertEvent.objects.count() == 4
+    assert set(SlaAlert.objects.values_list("last_evaluated_at", flat=True)) == {NOW + timedelta(seconds=30)}
 
     # Served again: ten good minutes clear the 5-minute window only.
     store(records(agent, contract, 10, at(NOW), MINUTE))

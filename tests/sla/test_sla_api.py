@@ -196,3 +196,30 @@ def test_staff_declare_exclusions_once_and_tenants_read_only_their_own(
     assert forbidden.status_code == 403 and forbidden.json()["code"] == "permission_denied"
     # The month's report was already final: a late declaration does not rewrite it.
     assert compute_report(mine.contract, "2026-11", now=AFTER_NOV).excluded_count == 0
+
+
+def test_the_html_page_lists_the_exclusions_it_applied(staff: Any) -> None:
+    from sla.services import declare_exclusion
+
+    contract = ContractFactory.create()
+    make_policy(contract)
+    agent = signing_agent(contract)
+    store(
+        records(agent, contract, 10, ns(2026, 11, 12, 2), status="error")
+        + records(agent, contract, 90, ns(2026, 11, 13))
+    )
+    declare_exclusion(
+        contract,
+        kind="maintenance",
+        starts_at=datetime(2026, 11, 12, 2, tzinfo=UTC),
+        ends_at=datetime(2026, 11, 12, 3, tzinfo=UTC),
+        reason="Router upgrade <announced>",
+        declared_by=staff,
+    )
+    report = compute_report(contract, "2026-11", now=AFTER_NOV)
+    client = Client()
+    client.force_login(staff)
+    page = client.get(f"/sla/reports/{report.pk}").content.decode()
+    assert "<tr><th>Excluded</th><td>10</td></tr>" in page
+    assert "Router upgrade &lt;announced&gt;, declared by ops" in page
+    assert "<strong>0 %</strong>" in page  # 90 of 90 valid served

@@ -178,6 +178,8 @@ def test_the_beat_job_closes_package_terms_and_skips_contracts_not_yet_started()
     make_policy(package=covered.package)  # terms on the package
     ContractFactory.create(package=covered.package, starts_at=datetime(2026, 12, 1, tzinfo=UTC))  # December
     ContractFactory.create()  # no SLA at all
+    settling = datetime(2026, 11, 30, 16, 30, tzinfo=UTC)  # 00:30 on December 1st in Shanghai
+    assert close_due_periods_task.delay(settling.isoformat()).get() == 0
     assert close_due_periods_task.delay(AFTER_NOV.isoformat()).get() == 1
     assert list(SlaReport.objects.values_list("contract__code", "month", "status")) == [
         (covered.code, "2026-11", "final")
