@@ -7,8 +7,9 @@ hold only hashes), so every signed-in user may read them.
 
 from __future__ import annotations
 
+import uuid
 from collections.abc import Callable
-from datetime import datetime
+from datetime import UTC, datetime, timedelta
 from decimal import Decimal, InvalidOperation
 from functools import wraps
 from typing import Any
@@ -26,6 +27,7 @@ from config.errors import error_response
 from . import selectors
 from .models import Checkpoint, LedgerEvent
 from .services import CheckpointRefused, open_dispute, publish_checkpoint, resolve_dispute
+from .store import Window
 
 
 def _answers_errors(view: Callable[..., Any]) -> Callable[..., Any]:
@@ -125,6 +127,17 @@ class InvoiceExportView(APIView):
         return HttpResponse(selectors.export_body(manifest, lines), content_type="application/x-ndjson")
 
 
+class InvoiceCompletenessView(APIView):
+    """The records an invoice covers and the gaps of the agents that served it (tenant-scoped)."""
+
+    permission_classes = [IsAuthenticated]
+
+    @_answers_errors
+    def get(self, request: Request, pk: int) -> Response:
+        invoice = selectors.invoice_for(pk, selectors.tenant_of(request.user))
+        return Response(selectors.invoice_completeness(invoice))
+
+
 class CompletenessView(APIView):
     permission_classes = [IsAdminUser]
 
@@ -189,7 +202,9 @@ class DisputeDetailView(APIView):
 
 
 class DisputeResolveView(APIView):
-    """Finance: {"decision": "reject" or "accept", "comment": text, "amount": "12.30" (default: the line)}."""
+    """Finance: {"decision": "reject" or "accept", "comment": text, "amount": "12.30" (default: the line)},
+    or {"decision": "customer_dependency", "comment": text, and "records": [record id, ...] or
+    "window": {"start": ISO time, "end": ISO time, "status": "ok"}}."""
 
     permission_classes = [IsAdminUser]
 
@@ -203,5 +218,42 @@ class DisputeResolveView(APIView):
             raise selectors.LedgerLookupError(400, "invalid_request", "amount must be a decimal.") from None
         if not isinstance(decision, str) or not isinstance(comment, str):
             raise selectors.LedgerLookupError(400, "invalid_request", "Give a decision and a comment.")
-        dispute = resolve_dispute(request.user, pk, decision, comment, amount)
+        records, window = data.get("records"), data.get("window")
+        if records is not None and not (isinstance(records, list) and all(_is_uuid(r) for r in records)):
+            raise selectors.LedgerLookupError(400, "invalid_request", "records is a list of record ids.")
+        dispute = resolve_dispute(
+            request.user,
+            pk,
+            decision,
+            comment,
+            amount,
+            records,
+            _window(window) if window is not None else None,
+        )
         return Response(selectors.dispute_json(selectors.disputes(None).get(pk=dispute.pk)))
+
+
+_EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
+
+
+def _is_uuid(value: Any) -> bool:
+    try:
+        return isinstance(value, str) and str(uuid.UUID(value)) == value
+    except ValueError:
+        return False
+
+
+def _window(data: Any) -> Window:
+    """{"start", "end" (ISO 8601 with an offset), "status"} → a Window; 400 otherwise."""
+    moments = [
+        parse_datetime(data.get(k) or "") if isinstance(data, dict) else None for k in ("start", "end")
+    ]
+    status = data.get("status") if isinstance(data, dict) else None
+    if None in moments or any(m.tzinfo is None for m in moments if m) or not isinstance(status, str):
+        raise selectors.LedgerLookupError(
+            400, "invalid_request", "window needs start and end (ISO 8601 with an offset) and a status."
+        )
+    start, end = ((m - _EPOCH) // timedelta(microseconds=1) * 1000 for m in moments if m)
+    if end <= start:
+        raise selectors.LedgerLookupError(400, "invalid_request", "window end must follow its start.")
+    return Window(start, end, status)

@@ -149,6 +149,7 @@ class Dispute(models.Model):
         OPEN = "open", "Open"
         REJECTED = "rejected", "Rejected"
         ACCEPTED = "accepted", "Accepted"
+        EXCLUDED = "excluded", "Records excluded (customer dependency)"
 
     invoice = models.ForeignKey("billing.Invoice", on_delete=models.PROTECT, related_name="disputes")
     line = models.ForeignKey("billing.InvoiceLine", on_delete=models.PROTECT, related_name="disputes")
@@ -188,3 +189,22 @@ class DisputeEvent(models.Model):
 
     def __str__(self) -> str:
         return f"{self.dispute_id} {self.action}"
+
+
+class BillingExclusion(models.Model):
+    """A record excluded from billing because a dispute found the customer's own dependency at fault
+    (e.g. its system answered 503). A record is excluded at most once; the amount it was billed is
+    credited by the dispute's credit notes, the invoice itself is never edited."""
+
+    dispute = models.ForeignKey(Dispute, on_delete=models.PROTECT, related_name="exclusions")
+    record_id = models.UUIDField(unique=True)
+    tenant = models.CharField(max_length=64)
+    contract = models.CharField(max_length=64)
+    start_ns = models.BigIntegerField()
+    created_at = models.DateTimeField(auto_now_add=True)
+
+    class Meta:
+        indexes = [models.Index(fields=["tenant", "contract", "start_ns"])]
+
+    def __str__(self) -> str:
+        return f"{self.record_id} excluded by dispute {self.dispute_id}"

@@ -9,7 +9,7 @@ from dataclasses import dataclass
 from typing import Any
 
 import orjson
-from django.db.models import QuerySet
+from django.db.models import Count, Max, Min, QuerySet
 
 from agents.models import Agent
 from billing.models import Invoice
@@ -17,7 +17,7 @@ from contracts.models import ContractPrice
 from ingest.models import SequenceGap
 
 from .merkle import consistency_path, inclusion_path, leaf_hash, multi_inclusion
-from .models import Checkpoint, Dispute, LogBatch, LogLeaf, TenantMembership
+from .models import BillingExclusion, Checkpoint, Dispute, LogBatch, LogLeaf, TenantMembership
 from .store import stored_lines
 from .tree import StoredTree
 
@@ -151,7 +151,7 @@ def invoice_export(invoice: Invoice, previous_sizes: list[int]) -> tuple[dict[st
     Layout (docs/ledger.md): the manifest, then one record per line, exactly the canonical bytes the
     log hashed; ``runs`` say where each line sits in the log and in its signed batch.
     """
-    start_ns, end_ns = _period_ns(invoice)
+    start_ns, end_ns = period_ns(invoice)
     tenant, contract = invoice.tenant.code, invoice.contract.code
     leaves = list(
         LogLeaf.objects.filter(tenant=tenant, contract=contract, start_ns__gte=start_ns, start_ns__lt=end_ns)
@@ -240,7 +240,7 @@ def export_body(manifest: dict[str, Any], lines: list[bytes]) -> bytes:
     return b"\n".join([orjson.dumps(manifest), *lines]) + b"\n"
 
 
-def _period_ns(invoice: Invoice) -> tuple[int, int]:
+def period_ns(invoice: Invoice) -> tuple[int, int]:
     def ns(moment: Any) -> int:
         seconds = int(moment.timestamp())
         return seconds * 1_000_000_000 + moment.microsecond * 1000
@@ -345,7 +345,7 @@ def dispute_evidence(invoice: Invoice, line: Any) -> dict[str, Any]:
     logged records the invoice covers, the signed batches they came in (and the hash of each raw batch
     as received), and the serving agents' open gaps. The records and proofs themselves are the export.
     """
-    start_ns, end_ns = _period_ns(invoice)
+    start_ns, end_ns = period_ns(invoice)
     leaves = list(
         LogLeaf.objects.filter(
             tenant=invoice.tenant.code,
@@ -408,4 +408,59 @@ def dispute_json(dispute: Dispute) -> dict[str, Any]:
             }
             for e in dispute.events.all()
         ],
+    }
+
+
+def invoice_completeness(invoice: Invoice) -> dict[str, Any]:
+    """What an invoice covers, for its period and contract: the logged records (and how many of them a
+    dispute excluded from billing), and per serving agent its seq span and the open gaps inside it."""
+    start_ns, end_ns = period_ns(invoice)
+    leaves = LogLeaf.objects.filter(
+        tenant=invoice.tenant.code,
+        contract=invoice.contract.code,
+        start_ns__gte=start_ns,
+        start_ns__lt=end_ns,
+    )
+    per_agent = (
+        leaves.values("agent__agent_id", "agent_id")
+        .annotate(records=Count("index"), first_seq=Min("seq"), last_seq=Max("seq"))
+        .order_by("agent__agent_id")
+    )
+    agents = []
+    for row in per_agent:
+        gaps = [
+            [max(g.first_missing, row["first_seq"]), min(g.last_missing, row["last_seq"])]
+            for g in SequenceGap.objects.filter(
+                agent_id=row["agent_id"],
+                closed_at=None,
+                first_missing__lte=row["last_seq"],
+                last_missing__gte=row["first_seq"],
+            ).order_by("first_missing")
+        ]
+        agents.append(
+            {
+                "agent_id": row["agent__agent_id"],
+                "records": row["records"],
+                "first_seq": row["first_seq"],
+                "last_seq": row["last_seq"],
+                "gaps": gaps,
+                "missing": sum(b - a + 1 for a, b in gaps),
+            }
+        )
+    excluded = BillingExclusion.objects.filter(
+        tenant=invoice.tenant.code,
+        contract=invoice.contract.code,
+        start_ns__gte=start_ns,
+        start_ns__lt=end_ns,
+    ).count()
+    return {
+        "invoice": invoice.pk,
+        "contract": invoice.contract.code,
+        "period_start": invoice.period_start.isoformat(),
+        "period_end": invoice.period_end.isoformat(),
+        "invoice_record_count": invoice.record_count,
+        "logged_records": leaves.count(),
+        "excluded_records": excluded,
+        "agents": agents,
+        "complete": not any(a["gaps"] for a in agents),
     }

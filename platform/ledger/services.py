@@ -21,13 +21,16 @@ from django.db import IntegrityError, connection, transaction
 from agents.models import Agent
 from billing.errors import BillingError
 from billing.models import Invoice, InvoiceLine
+from billing.rating import ZERO, rate_charge
 from billing.services import issue_note
+from billing.terms import Terms
 from ingest.models import IngestBatch, SequenceGap
 from treemeter_records import private_key_from_seed
 
 from .merkle import ProofError, append_leaves, consistency_path, fold, verify_consistency
 from .models import (
     STRATUM,
+    BillingExclusion,
     Checkpoint,
     Dispute,
     DisputeEvent,
@@ -38,7 +41,8 @@ from .models import (
     LogState,
 )
 from .notes import CheckpointBody, sign_checkpoint
-from .selectors import LedgerLookupError, dispute_evidence
+from .selectors import LedgerLookupError, dispute_evidence, period_ns
+from .store import Window, billed_usage, matching_records
 from .tree import StoredTree
 
 
@@ -226,14 +230,22 @@ def open_dispute(user: Any, line_id: int, reason: str, tenant: str | None) -> Di
 
 
 def resolve_dispute(
-    user: Any, dispute_id: int, decision: str, comment: str, amount: Decimal | None = None
+    user: Any,
+    dispute_id: int,
+    decision: str,
+    comment: str,
+    amount: Decimal | None = None,
+    record_ids: list[str] | None = None,
+    window: Window | None = None,
 ) -> Dispute:
-    """Finance rejects (the evidence stands) or accepts in full or in part: a billing credit note.
+    """Finance rejects (the evidence stands), accepts in full or in part (a billing credit note), or
+    finds the customer's own dependency at fault (``customer_dependency``): the records named, or those
+    of a window with a status, are excluded from billing and what they were billed is credited.
 
-    Retry: a resolved dispute is never resolved again (409 already_resolved), so one credit note at most.
+    Retry: a resolved dispute is never resolved again (409 already_resolved), so its notes are issued once.
     """
-    if decision not in ("reject", "accept"):
-        raise LedgerLookupError(400, "invalid_request", "decision is reject or accept.")
+    if decision not in ("reject", "accept", "customer_dependency"):
+        raise LedgerLookupError(400, "invalid_request", "decision is reject, accept or customer_dependency.")
     with transaction.atomic():
         dispute = (
             Dispute.objects.select_for_update()
@@ -255,6 +267,8 @@ def resolve_dispute(
                 detail={"comment": comment, "evidence": "attached"},
             )
             return dispute
+        if decision == "customer_dependency":
+            return _exclude_records(user, dispute, comment, record_ids, window)
         line = dispute.line
         credit = (
             line.amount - sum((n.amount for n in line.notes.filter(kind="credit")), Decimal(0))
@@ -281,3 +295,96 @@ def resolve_dispute(
             },
         )
         return dispute
+
+
+def _exclude_records(
+    user: Any, dispute: Dispute, comment: str, record_ids: list[str] | None, window: Window | None
+) -> Dispute:
+    """Exclude the invoice's matching records (not already excluded) and credit, per usage line, what
+    they were billed: the line's charge rated on what earlier exclusions left, minus the same charge
+    rated without these records too (quota and rounding stay exact). Runs in the caller's transaction,
+    with the dispute row locked."""
+    invoice = dispute.invoice
+    tenant, contract = invoice.tenant.code, invoice.contract.code
+    if (record_ids is None) == (window is None):
+        raise LedgerLookupError(400, "invalid_request", "Name the records, or a window and a status.")
+    found = matching_records(tenant, contract, period_ns(invoice), record_ids, window)
+    unknown = sorted(set(record_ids or []) - set(found))
+    if unknown:
+        raise LedgerLookupError(
+            404, "unknown_records", f"Not records of this invoice: {', '.join(unknown[:5])}."
+        )
+    already = {
+        str(r)
+        for r in BillingExclusion.objects.filter(record_id__in=list(found)).values_list(
+            "record_id", flat=True
+        )
+    }
+    excluded = sorted(set(found) - already)
+    if not excluded:
+        raise LedgerLookupError(
+            409, "nothing_to_exclude", "No record to exclude that is not excluded already."
+        )
+    start_ns, end_ns = period_ns(invoice)
+    earlier = BillingExclusion.objects.filter(
+        tenant=tenant, contract=contract, start_ns__gte=start_ns, start_ns__lt=end_ns
+    ).values_list("record_id", flat=True)
+    before = billed_usage(tenant, contract, [str(r) for r in earlier])  # what earlier exclusions took off
+    try:
+        BillingExclusion.objects.bulk_create(
+            BillingExclusion(
+                dispute=dispute, record_id=r, tenant=tenant, contract=contract, start_ns=found[r]
+            )
+            for r in excluded
+        )
+    except IntegrityError:  # another dispute excluded one of them meanwhile: nothing is kept, retry
+        raise LedgerLookupError(
+            409, "exclusion_conflict", "Another dispute excluded some of these records meanwhile; retry."
+        ) from None
+    usage = billed_usage(tenant, contract, excluded)
+    charges = {c.dimension: c for c in Terms.from_json(invoice.terms).charges}
+    credits: list[dict[str, str]] = []
+    for line in invoice.lines.filter(kind="usage").order_by("pk"):
+        charge, quantity = charges.get(line.dimension), usage.get(line.dimension)
+        if charge is None or not quantity or charge.charge_model == "percentage":
+            continue
+        kept = line.quantity - before[line.dimension]
+        billed = rate_charge(charge, kept, ZERO, invoice.currency).amount
+        rest = rate_charge(charge, kept - quantity, ZERO, invoice.currency).amount
+        left = line.amount - sum((n.amount for n in line.notes.filter(kind="credit")), ZERO)
+        credit = min(billed - rest, left)
+        if credit <= 0:
+            continue
+        try:
+            note = issue_note(invoice, "credit", credit, f"Dispute {dispute.pk}: excluded records", line=line)
+        except BillingError as error:
+            raise LedgerLookupError(409, error.code, error.message) from None
+        credits.append(
+            {
+                "line": str(line.pk),
+                "dimension": line.dimension,
+                "quantity": str(quantity),
+                "amount": str(credit),
+                "credit_note": note.number,
+            }
+        )
+    total = sum((Decimal(c["amount"]) for c in credits), ZERO)
+    dispute.status, dispute.credited = Dispute.Status.EXCLUDED, total
+    dispute.save(update_fields=["status", "credited"])
+    DisputeEvent.objects.create(
+        dispute=dispute,
+        actor=user,
+        action="records_excluded",
+        detail={
+            "comment": comment,
+            "selection": {"records": record_ids}
+            if window is None
+            else {"start_ns": window.start_ns, "end_ns": window.end_ns, "status": window.status},
+            "excluded": len(excluded),
+            "already_excluded": len(already),
+            "records_sha256": hashlib.sha256("\n".join(excluded).encode()).hexdigest(),
+            "credits": credits,
+            "total": str(total),
+        },
+    )
+    return dispute

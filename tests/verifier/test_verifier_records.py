@@ -14,9 +14,9 @@ from tests.records.strategies import JSON_VALUES, records
 from treemeter_records import canonical_bytes as platform_canonical
 from treemeter_records import private_key_from_seed, public_key_bytes
 from treemeter_verify.canonical import canonical_bytes
-from treemeter_verify.check import ExportError, _expand
+from treemeter_verify.check import ExportError, _runs
 from treemeter_verify.note import NoteError, open_checkpoint, parse_verifier_key
-from treemeter_verify.records import _RECORD, _slow, fields_of
+from treemeter_verify.records import _RECORD, fields_of, parse_record
 
 
 @settings(max_examples=300)
@@ -26,13 +26,13 @@ def test_the_fast_path_reads_exactly_what_a_json_parse_reads(record: dict[str, A
         record["outcome"]["verified"] = verified
     line = platform_canonical(record)
     assert _RECORD.fullmatch(line) is not None  # canonical records never need the slow path
-    assert fields_of(line) == _slow(line)
+    assert fields_of(line) == parse_record(line)
 
 
 @given(records())
 def test_a_non_canonical_line_takes_the_slow_path_with_the_same_result(record: dict[str, Any]) -> None:
     line = json.dumps(record, sort_keys=True, ensure_ascii=True).encode()  # spaces, escapes
-    assert fields_of(line) == _slow(line)
+    assert fields_of(line) == parse_record(line)
 
 
 @given(JSON_VALUES)
@@ -59,12 +59,17 @@ def test_checkpoint_notes_round_trip_and_refuse_other_keys() -> None:
         parse_verifier_key("log.example/x+00000000+" + verifier_key("a", public_key_bytes(key)).split("+")[2])
 
 
-def test_runs_expand_to_one_log_index_and_batch_line_per_record() -> None:
-    assert _expand([[3, 10, 0, 5], [1, None, None, None], [2, 20, 1, 0]], 6) == (
-        [10, 11, 12, None, 20, 21],
-        [0, 0, 0, None, 1, 1],
-        [5, 6, 7, None, 0, 1],
-    )
-    for runs, lines in (([[3, 10, 0, 5]], 4), ([[0, 1, 0, 0]], 0), ([[1, 1, None, 0]], 1)):
+def test_runs_are_placed_on_the_record_lines_and_checked() -> None:
+    assert _runs([[3, 10, 0, 5], [1, None, None, None], [2, 20, 1, 0]], 6) == [
+        (0, 3, 10, 0, 5),
+        (3, 1, None, None, None),
+        (4, 2, 20, 1, 0),
+    ]
+    for runs, lines in (
+        ([[3, 10, 0, 5]], 4),
+        ([[0, 1, 0, 0]], 0),
+        ([[1, 1, None, 0]], 1),
+        ([[1, None, 0, 0]], 1),
+    ):
         with pytest.raises(ExportError):
-            _expand(runs, lines)
+            _runs(runs, lines)

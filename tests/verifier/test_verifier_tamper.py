@@ -35,7 +35,7 @@ from tests.ledger.support import (
     send,
 )
 from treemeter_records import build_batch, private_key_from_seed
-from treemeter_verify import Report, verify_export
+from treemeter_verify import Report, check, verify_export
 from treemeter_verify.check import read_export
 
 pytestmark = [pytest.mark.django_db, pytest.mark.usefixtures("clickhouse")]
@@ -97,6 +97,31 @@ def test_an_untampered_invoice_verifies_line_by_line(client: Client) -> None:
     assert verdicts["line usage l3_seconds"] == "0.9 × 0.80000000 = 0.72 CNY"
     assert verdicts["inclusion in checkpoint"] == "11 records proven in the signed log"
     assert verdicts["sequence completeness"] == "no gaps in 1 agents' sequences"
+
+
+@pytest.mark.parametrize("tampered", [False, True])
+def test_whole_run_checks_per_line_checks_and_forked_scans_give_the_same_verdicts(
+    client: Client, monkeypatch: pytest.MonkeyPatch, tampered: bool
+) -> None:
+    world = ingest_world(client)
+    manifest, lines = world.export()
+    if tampered:  # one record's tokens changed: its run fails as a whole and the per-line loop names it
+        lines[4] = lines[4].replace(b'"tokens_in":1', b'"tokens_in":2', 1)
+    keys = pinned_keys(world.agent)
+
+    def verdicts(jobs: int = 1) -> list[tuple[str, bool, str]]:
+        return [(v.check, v.ok, v.detail) for v in verify_export(manifest, lines, keys, jobs=jobs).verdicts]
+
+    whole = verdicts()
+    monkeypatch.setattr(check, "LINES_PER_JOB", 1)
+    assert verdicts(jobs=3) == whole
+    monkeypatch.setattr(check, "_scan_run", lambda *args: None)  # every run through the per-line loop
+    assert verdicts() == whole
+    failed = {name for name, ok, _ in whole if not ok}
+    assert failed == (
+        {"batch signatures", "inclusion in checkpoint", "line usage tokens_in"} if tampered else set()
+    )
+    assert len(whole) == 10
 
 
 def test_the_export_reveals_only_hashes_of_the_other_tenants_records(client: Client) -> None:

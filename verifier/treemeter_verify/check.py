@@ -21,7 +21,7 @@ from .canonical import canonical_bytes
 from .keys import PinnedKeys
 from .merkle import ProofError, root_from_multi_inclusion, root_of_leaves, verify_consistency
 from .note import Checkpoint, NoteError, open_checkpoint
-from .records import fields_of
+from .records import match_record, parse_record, usage_of_columns
 
 FORMAT = "treemeter-invoice-export/1"
 BATCH_DOMAIN = b"treemeter-batch-v1\n"
@@ -113,8 +113,7 @@ def _verify(
     if previous is not None:
         _check_consistency(manifest, checkpoint, previous, keys, report)
     batches = _check_batches(manifest["batches"], keys, report)
-    log_indices, slots, positions = _expand(manifest["runs"], len(lines))
-    scans = _scan_all(_Scope(lines, batches, slots, positions, log_indices, invoice), jobs)
+    scans = _scan_all(_Scope(lines, batches, invoice), _runs(manifest["runs"], len(lines)), jobs)
     unsigned = [p for scan in scans for p in scan.unsigned]
     unlogged = [p for scan in scans for p in scan.unlogged]
     foreign = [p for scan in scans for p in scan.foreign]
@@ -132,19 +131,21 @@ def _verify(
     _check_lines(invoice, manifest["prices"], usage, len(lines), report)
 
 
+# A run of record lines: (first line, count, first log index, batch slot, first line in the batch);
+# an unlogged run has None for the last three.
+Run = tuple[int, int, int | None, int | None, int | None]
+
+
 @dataclass
 class _Scope:
     lines: list[bytes]
     batches: list[_Batch]
-    slots: list[int | None]
-    positions: list[int | None]
-    log_indices: list[int | None]
     invoice: dict[str, Any]
 
 
 @dataclass
 class _Scan:
-    """What one slice of the record lines yields: problems, ids, logged leaves, summed billable usage."""
+    """What some runs of record lines yield: problems, ids, logged leaves, summed billable usage."""
 
     unsigned: list[str] = field(default_factory=list)
     unlogged: list[str] = field(default_factory=list)
@@ -155,96 +156,183 @@ class _Scan:
     usage: list[int] = field(default_factory=lambda: [0] * len(rating.DIMENSIONS))
 
 
-_SCOPE: _Scope | None = None  # what forked scanners read (inherited, never pickled)
+# What forked scanners read (inherited, never pickled): per share its joined lines and runs.
+_SHARES: list[tuple[bytes, list[Run], list[_Batch], dict[str, Any]]] = []
+LINES_PER_JOB = 50_000  # fewer lines than this per process: forking costs more than it saves
 
 
-def _expand(runs: list[list[Any]], lines: int) -> tuple[list[Any], list[Any], list[Any]]:
-    """Per line: log index, batch slot, line in batch, from runs [count, first index, slot, first line]."""
-    log_indices: list[Any] = []
-    slots: list[Any] = []
-    positions: list[Any] = []
+def _runs(runs: list[list[Any]], lines: int) -> list[Run]:
+    """The manifest's runs [count, first index, slot, first line], checked and placed on the record lines."""
+    out: list[Run] = []
+    offset = 0
     for count, first, slot, position in runs:
         if not isinstance(count, int) or count < 1:
             raise ExportError("a run must count at least one line")
-        if first is None:
-            log_indices += [None] * count
-            slots += [None] * count
-            positions += [None] * count
+        if first is None and slot is None and position is None:
+            out.append((offset, count, None, None, None))
         elif all(isinstance(x, int) for x in (first, slot, position)):
-            log_indices += range(first, first + count)
-            slots += [slot] * count
-            positions += range(position, position + count)
+            out.append((offset, count, first, slot, position))
         else:
             raise ExportError("a logged run needs a log index, a batch slot and a line")
-    if len(log_indices) != lines:
-        raise ExportError(f"the runs cover {len(log_indices)} lines, the export holds {lines}")
-    return log_indices, slots, positions
+        offset += count
+    if offset != lines:
+        raise ExportError(f"the runs cover {offset} lines, the export holds {lines}")
+    return out
 
 
-def _scan_all(scope: _Scope, jobs: int) -> list[_Scan]:
-    global _SCOPE
+def _scan_all(scope: _Scope, runs: list[Run], jobs: int) -> list[_Scan]:
+    """Scan the runs, in ``jobs`` forked processes when there are enough lines (about equal shares).
+
+    Each process gets its share as one joined blob and splits it itself: touching the parent's line
+    objects would copy their pages into every child (copy-on-write of reference counts)."""
+    global _SHARES
     n = len(scope.lines)
-    jobs = max(1, min(jobs, n // 50_000))
+    jobs = max(1, min(jobs, n // LINES_PER_JOB))
     if jobs == 1 or "fork" not in multiprocessing.get_all_start_methods():
-        return [_scan(scope, 0, n)]
-    step = -(-n // jobs)
-    _SCOPE = scope
+        return [_scan(scope, runs)]
+    share, shares, current, size = -(-n // jobs), [], [], 0
+    for run in runs:
+        current.append(run)
+        size += run[1]
+        if size >= share:
+            shares.append(current)
+            current, size = [], 0
+    if current:
+        shares.append(current)
+    _SHARES = [
+        (b"\n".join(scope.lines[part[0][0] : part[-1][0] + part[-1][1]]), part, scope.batches, scope.invoice)
+        for part in shares
+    ]
     try:
-        with multiprocessing.get_context("fork").Pool(jobs) as pool:
-            return pool.map(_scan_forked, [(lo, min(lo + step, n)) for lo in range(0, n, step)])
+        with multiprocessing.get_context("fork").Pool(len(shares)) as pool:
+            return pool.map(_scan_forked, range(len(shares)))
     finally:
-        _SCOPE = None
+        _SHARES = []
 
 
-def _scan_forked(span: tuple[int, int]) -> _Scan:
-    assert _SCOPE is not None
-    return _scan(_SCOPE, *span)
+def _scan_forked(number: int) -> _Scan:
+    blob, part, batches, invoice = _SHARES[number]
+    base = part[0][0]
+    return _scan(
+        _Scope(blob.split(b"\n"), batches, invoice), [(o - base, c, i, s, p) for o, c, i, s, p in part]
+    )
 
 
-def _scan(scope: _Scope, lo: int, hi: int) -> _Scan:
+def _scan(scope: _Scope, runs: list[Run]) -> _Scan:
+    """Every check on every line of the runs. A run whose lines are all canonical records of one valid
+    batch is checked as a whole (C-level passes over its lines: one hash each, one regular-expression
+    match each, set/min/max over the columns); any doubt sends it through the per-line loop, which
+    names each failing record."""
     out = _Scan()
-    invoice, batches = scope.invoice, scope.batches
-    tenant, contract = invoice["tenant"].encode(), invoice["contract"].encode()
-    agents = [batch.agent_id.encode() for batch in batches]
-    start, end = invoice["period_start_ns"], invoice["period_end_ns"]
     leaves: list[bytes] = []
-    billable: list[tuple[int, ...]] = []
-    hash_of, read = sha256, fields_of
-    for n in range(lo, hi):
-        line = scope.lines[n]
-        leaf = hash_of(b"\x00" + line).digest()
-        fields = read(line)
-        if fields is None:
-            out.foreign.append(f"line {n + 1} is not a record")
+    matched: list[tuple[bytes, ...]] = []  # m.groups() of billable canonical records of checked lines
+    parsed: list[tuple[int, ...]] = []  # billable usage of whole runs, and of records read by JSON
+    invoice = scope.invoice
+    tenant, contract = invoice["tenant"].encode(), invoice["contract"].encode()
+    bounds = (tenant, contract, invoice["period_start_ns"], invoice["period_end_ns"])
+    for run in runs:
+        offset, count, first, slot, position = run
+        lines = scope.lines[offset : offset + count]
+        batch = scope.batches[slot] if slot is not None and 0 <= slot < len(scope.batches) else None
+        whole = _scan_run(lines, first, position, batch, bounds) if first is not None and batch else None
+        if whole is None or first is None:
+            _scan_lines(lines, run, scope.batches, bounds, out, leaves, matched, parsed)
             continue
-        record_id, agent_id, seq, record_tenant, record_contract, start_ns, status, amounts = fields
+        record_ids, run_leaves, usage = whole
+        out.record_ids += record_ids
+        out.indices += range(first, first + count)
+        leaves.append(run_leaves)
+        parsed.append(usage)
+    out.leaves = b"".join(leaves)
+    matched_usage = usage_of_columns(list(zip(*matched, strict=True)))
+    out.usage = [sum(column) for column in zip(matched_usage, *parsed, strict=True)]
+    return out
+
+
+def _scan_run(
+    lines: list[bytes], first: int | None, position: int | None, batch: _Batch, bounds: tuple[Any, ...]
+) -> tuple[tuple[bytes, ...], bytes, tuple[int, ...]] | None:
+    """A run's record ids, joined leaf hashes and billable usage when every line passes every check."""
+    count = len(lines)
+    if not batch.valid or position is None or not 0 <= position <= len(batch.leaves) - count:
+        return None
+    matches = [match_record(line) for line in lines]
+    if None in matches:
+        return None
+    groups = [m.groups() for m in matches]  # type: ignore[union-attr]
+    columns = list(zip(*groups, strict=True))
+    agents, contracts, *_, record_ids, seqs, starts, statuses, tenants, _, _ = columns
+    tenant, contract, start, end = bounds
+    seq_ints, start_ints = list(map(int, seqs)), list(map(int, starts))
+    hash_of = sha256
+    run_leaves = b"".join([hash_of(b"\x00" + line).digest() for line in lines])
+    if (
+        set(agents) != {batch.agent_id.encode()}
+        or set(tenants) != {tenant}
+        or set(contracts) != {contract}
+        or min(seq_ints) < batch.first_seq
+        or max(seq_ints) > batch.last_seq
+        or min(start_ints) < start
+        or max(start_ints) >= end
+        or run_leaves != b"".join(batch.leaves[position : position + count])
+    ):
+        return None
+    billable = None if set(statuses) == {b"ok"} else [status == b"ok" for status in statuses]
+    return record_ids, run_leaves, tuple(usage_of_columns(columns, billable))
+
+
+def _scan_lines(
+    lines: list[bytes],
+    run: Run,
+    batches: list[_Batch],
+    bounds: tuple[Any, ...],
+    out: _Scan,
+    leaves: list[bytes],
+    matched: list[tuple[bytes, ...]],
+    parsed: list[tuple[int, ...]],
+) -> None:
+    """The per-line checks of one run, naming every record that fails one."""
+    offset, _, first, slot, position = run
+    tenant, contract, start, end = bounds
+    batch = batches[slot] if slot is not None and 0 <= slot < len(batches) else None
+    for k, line in enumerate(lines):
+        leaf = sha256(b"\x00" + line).digest()
+        m = match_record(line)
+        if m is not None:
+            groups = m.groups()
+            agent_id, record_contract, *_, record_id, seq_text, start_text, status, record_tenant, _, _ = (
+                groups
+            )
+            seq, start_ns = int(seq_text), int(start_text)
+            if status == b"ok":
+                matched.append(groups)
+        else:
+            fields = parse_record(line)
+            if fields is None:
+                out.foreign.append(f"line {offset + k + 1} is not a record")
+                continue
+            record_id, agent_id, seq, record_tenant, record_contract, start_ns, status, usage = fields
+            if status == b"ok":
+                parsed.append(usage)
         out.record_ids.append(record_id)
-        slot, position = scope.slots[n], scope.positions[n]
-        batch = batches[slot] if slot is not None and 0 <= slot < len(batches) else None
+        line_in_batch = None if position is None else position + k
         if (
             batch is None
-            or position is None
+            or line_in_batch is None
             or not batch.valid
-            or not 0 <= position < len(batch.leaves)
-            or batch.leaves[position] != leaf
-            or agent_id != agents[slot]  # type: ignore[index]
+            or not 0 <= line_in_batch < len(batch.leaves)
+            or batch.leaves[line_in_batch] != leaf
+            or agent_id != batch.agent_id.encode()
             or not batch.first_seq <= seq <= batch.last_seq
         ):
             out.unsigned.append(f"{record_id.decode()} is not covered by a valid agent batch signature")
-        index = scope.log_indices[n]
-        if index is None:
+        if first is None:
             out.unlogged.append(f"{record_id.decode()} is not in the log")
         else:
-            out.indices.append(index)
+            out.indices.append(first + k)
             leaves.append(leaf)
         if record_tenant != tenant or record_contract != contract or not start <= start_ns < end:
             out.foreign.append(f"{record_id.decode()} does not belong to this invoice")
-        if status == b"ok":
-            billable.append(amounts)
-    out.leaves = b"".join(leaves)
-    if billable:
-        out.usage = [sum(column) for column in zip(*billable, strict=True)]
-    return out
 
 
 def _check_checkpoint(manifest: dict[str, Any], keys: PinnedKeys, report: Report) -> Checkpoint | None:

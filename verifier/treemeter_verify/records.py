@@ -11,9 +11,10 @@ from __future__ import annotations
 
 import json
 import re
+from itertools import compress
 from typing import Any
 
-from .rating import usage_of
+from .rating import DIMENSIONS, usage_of
 
 _STR = rb'"[^"\\]*(?:\\.[^"\\]*)*"'
 _INT = rb"-?\d+"
@@ -33,56 +34,67 @@ _RECORD = re.compile(
     rb',"weights_sha3":"[0-9a-f]{64}"\}',
     re.DOTALL,
 )
-_HOP = re.compile(rb'\{"latency_us":(\d+),"layer":"(L[123])"')
+_HOPS = rb'"latency_us":'
+_L3_LATENCY = re.compile(rb'"latency_us":(\d+),"layer":"L3"')
 
 # (record_id, agent_id, seq, tenant, contract, start_ns, status, usage in rating.DIMENSIONS order);
 # the strings stay bytes (ASCII by the format's rules), compared with bytes.
 Fields = tuple[bytes, bytes, int, bytes, bytes, int, bytes, tuple[int, ...]]
-_GROUPS: tuple[str, ...] = ("id", "agent", "seq", "tenant", "contract", "start", "status", "tin", "tout")
-_GROUPS += ("cached", "etokens", "misses", "distinct", "hops", "outcome")
+# m.groups() of a matched record, in the pattern's order (unpacked by position in check._scan).
+GROUP_ORDER: tuple[str, ...] = (
+    "agent",
+    "contract",
+    "distinct",
+    "misses",
+    "etokens",
+    "hops",
+    "outcome",
+    "cached",
+)
+GROUP_ORDER += ("id", "seq", "start", "status", "tenant", "tin", "tout")
+assert tuple(sorted(_RECORD.groupindex, key=_RECORD.groupindex.__getitem__)) == GROUP_ORDER
+match_record = _RECORD.fullmatch
+
+
+def usage_of_columns(columns: list[tuple[bytes, ...]], billable: list[bool] | None = None) -> list[int]:
+    """The summed usage (rating.DIMENSIONS order) of matched records given as the columns of their
+    m.groups() (``zip(*groups)``), counting only the ``billable`` ones when given: one C-level pass per
+    column instead of a dozen Python operations per record."""
+    if not columns:
+        return [0] * len(DIMENSIONS)
+    if billable is not None:
+        columns = [tuple(compress(column, billable)) for column in columns]
+    _, _, distinct, misses, etok, hops, outcomes, cached, _, _, _, _, _, tin, tout = columns
+    every_hop = b"|".join(hops)
+    verified = sum(
+        1 for outcome in outcomes if outcome != b"null" and json.loads(outcome).get("verified") is True
+    )
+    return [
+        len(tin),
+        sum(map(int, tin)),
+        sum(map(int, tout)),
+        sum(map(int, cached)),
+        sum(map(int, etok)),
+        every_hop.count(_HOPS),
+        sum(map(int, misses)),
+        sum(map(int, _L3_LATENCY.findall(every_hop))),
+        sum(map(int, distinct)),
+        verified,
+    ]
 
 
 def fields_of(line: bytes) -> Fields | None:
     """The checked fields of one record line; None when it is not a record at all."""
-    m = _RECORD.fullmatch(line)
+    m = match_record(line)
     if m is None:
-        return _slow(line)
-    (
-        rid,
-        agent,
-        seq,
-        tenant,
-        contract,
-        start,
-        status,
-        tin,
-        tout,
-        cached,
-        etok,
-        misses,
-        distinct,
-        hops,
-        outcome,
-    ) = m.group(*_GROUPS)
-    found = _HOP.findall(hops)
-    verified = outcome != b"null" and json.loads(outcome).get("verified") is True
-    l3 = sum([int(latency) for latency, layer in found if layer == b"L3"])
-    usage = (
-        1,
-        int(tin),
-        int(tout),
-        int(cached),
-        int(etok),
-        len(found),
-        int(misses),
-        l3,
-        int(distinct),
-        verified,
-    )
+        return parse_record(line)
+    groups = m.groups()
+    agent, contract, *_, rid, seq, start, status, tenant, _, _ = groups
+    usage = tuple(usage_of_columns([(g,) for g in groups]))
     return (rid, agent, int(seq), tenant, contract, int(start), status, usage)
 
 
-def _slow(line: bytes) -> Fields | None:
+def parse_record(line: bytes) -> Fields | None:
     try:
         record: Any = json.loads(line)
         return (
