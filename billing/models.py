@@ -85,6 +85,7 @@ class InvoiceLine(models.Model):
         COMMITMENT = "commitment", "Minimum commitment true-up"
         ADJUSTMENT = "adjustment", "Late usage adjustment"
         DISCOUNT = "discount", "Discount"
+        SERVICE_CREDIT = "service_credit", "SLA service credit"
 
     invoice = models.ForeignKey(Invoice, on_delete=models.CASCADE, related_name="lines")
     kind = models.CharField(max_length=16, choices=Kind.choices, default=Kind.USAGE)

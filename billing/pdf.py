@@ -86,6 +86,7 @@ ZH_ITEMS = {
     "commitment": "最低承诺补足",
     "discount": "折扣",
     "adjustment": "迟到用量调整",
+    "service_credit": "SLA 服务赔偿",
 }
 
 

@@ -140,9 +140,11 @@ def rate_period(
     *,
     coupons_used: Mapping[str, int] | None = None,
     adjustments: list[RatedLine] | None = None,
+    credits: list[RatedLine] | None = None,
 ) -> RatedInvoice:
     """All lines of one period's invoice: usage, late-usage adjustments, base fee, commitment true-up,
-    coupon discounts; then tax. `coupons_used` counts earlier invoices each coupon discounted."""
+    coupon discounts, SLA service credits (negative); then tax, on the subtotal after the credits.
+    `coupons_used` counts earlier invoices each coupon discounted."""
     currency = terms.currency
     lines = [
         rate_charge(c, usage.quantities.get(c.dimension, ZERO), usage.values.get(c.dimension, ZERO), currency)
@@ -166,6 +168,7 @@ def rate_period(
             )
         )
     lines += _discounts(terms, lines, coupons_used or {})
+    lines += credits or []
     subtotal = sum((line.amount for line in lines), ZERO)
     rate = Decimal(terms.tax_rate)
     if terms.tax_inclusive:

@@ -25,6 +25,7 @@ from .lateness import late_usage_adjustments
 from .models import OPEN_STATUSES, Coupon, CreditEntry, Invoice, InvoiceLine, InvoiceSequence, Note
 from .rating import PeriodUsage, RatedInvoice, RatedLine, rate_period
 from .selectors import credit_balance, latest_checkpoint, period_usage
+from .service_credits import record_service_credits, release_service_credits, select_service_credits
 from .terms import Terms, terms_of
 
 __all__ = ["BillingError", "TermsError", "generate_invoice"]
@@ -43,7 +44,8 @@ def generate_invoice(
 
     Idempotent, also when run concurrently: the contract row is locked while the invoice is made, and
     a unique constraint on (contract, period) backs it up. A run during the grace period re-rates the
-    draft (late records count); a run on a finalised invoice returns it unchanged.
+    draft (late records count); a run on a finalised invoice returns it unchanged. Pending SLA service
+    credits of earlier months become credit lines in the same transaction (`billing.service_credits`).
     """
     now = now or timezone.now()
     if period_end > now:
@@ -71,11 +73,25 @@ def generate_invoice(
             rated = rate_period(
                 terms, usage, period_start, period_end, coupons_used=used, adjustments=adjustments
             )
+            sla_credits = select_service_credits(
+                contract, invoice, period_start, terms.currency, rated.subtotal
+            )
+            if sla_credits.lines:
+                rated = rate_period(
+                    terms,
+                    usage,
+                    period_start,
+                    period_end,
+                    coupons_used=used,
+                    adjustments=adjustments,
+                    credits=sla_credits.lines,
+                )
             for line in rated.lines:
                 if line.kind == "usage" and line.dimension == Dimension.OUTCOMES:
                     line.details["outcomes"] = outcome_refs
                     line.details["condition"] = terms.outcome_rule
             invoice = _write_draft(contract, invoice, terms, usage, rated, period_start, period_end)
+            record_service_credits(invoice, sla_credits, now)
             if now >= invoice.grace_until:  # type: ignore[operator]
                 invoice = finalize_invoice(invoice, now=now)
             return invoice
@@ -251,7 +267,8 @@ def mark_paid(invoice: Invoice, *, paid_at: datetime | None = None) -> Invoice:
 
 
 def void_invoice(invoice: Invoice, *, now: datetime | None = None) -> Invoice:
-    """finalized → void: the number stays used (no gap) and consumed credits go back to the wallet."""
+    """finalized → void: the number stays used (no gap), consumed credits go back to the wallet and
+    SLA service credits it carried become pending again (for the next invoice)."""
     with transaction.atomic():
         invoice = Invoice.objects.select_for_update().get(pk=invoice.pk)
         if invoice.status == Invoice.Status.VOID:
@@ -269,6 +286,7 @@ def void_invoice(invoice: Invoice, *, now: datetime | None = None) -> Invoice:
         invoice.status = Invoice.Status.VOID
         invoice.voided_at = now or timezone.now()
         invoice.save(update_fields=["status", "voided_at"])
+        release_service_credits(invoice)
         return invoice
 
 

@@ -60,7 +60,7 @@ class SlaReportAdmin(admin.ModelAdmin):
 
 @admin.register(ServiceCredit)
 class ServiceCreditAdmin(admin.ModelAdmin):
-    list_display = ["contract", "month", "credit_percent", "amount", "currency", "status"]
+    list_display = ["contract", "month", "credit_percent", "amount", "currency", "status", "invoice"]
 
 
 class AlertEventInline(admin.TabularInline):

