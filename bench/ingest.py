@@ -10,29 +10,15 @@ Signing and record generation happen before the clock starts.
 from __future__ import annotations
 
 import argparse
-import os
 import sys
 import time
 from pathlib import Path
-from urllib.parse import urlsplit, urlunsplit
 
 ROOT = Path(__file__).resolve().parents[1]
 # Replace this script's folder on the path: its name would shadow the `ingest` app.
 sys.path[0:1] = [str(ROOT), str(ROOT / "platform")]
 
-
-def _use_bench_database() -> None:
-    """A fresh database of its own for every run, away from the developer's data."""
-    url = os.environ.get("DATABASE_URL", "")
-    if url.startswith("postgres"):
-        parts = urlsplit(url)
-        os.environ["DATABASE_URL"] = urlunsplit(parts._replace(path="/treemeter_bench"))
-        import psycopg
-
-        admin = urlunsplit(parts._replace(path="/postgres"))
-        with psycopg.connect(admin.replace("postgres://", "postgresql://", 1), autocommit=True) as conn:
-            conn.execute("DROP DATABASE IF EXISTS treemeter_bench WITH (FORCE)")
-            conn.execute("CREATE DATABASE treemeter_bench")
+from bench.benchdb import use_fresh_database  # noqa: E402 - needs the path above
 
 
 def main() -> None:
@@ -44,14 +30,7 @@ def main() -> None:
     args = parser.parse_args()
     sizes = [int(s) for s in args.sizes.split(",")]
 
-    _use_bench_database()
-    os.environ.setdefault("DJANGO_SETTINGS_MODULE", "config.settings")
-    import django
-
-    django.setup()
-    from django.core.management import call_command
-
-    call_command("migrate", verbosity=0)
+    use_fresh_database("treemeter_bench")
     run(args.records, sizes)
 
 

@@ -15,32 +15,19 @@ burn-rate and health evaluation (the every-minute beat job) over all contracts.
 from __future__ import annotations
 
 import argparse
-import os
 import sys
 import time
 from pathlib import Path
-from urllib.parse import urlsplit, urlunsplit
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path[0:1] = [str(ROOT), str(ROOT / "platform")]
+
+from bench.benchdb import use_fresh_database  # noqa: E402 - needs the path above
+
 BENCH_DB = "treemeter_bench_sla"
 # Errors per thousand requests by contract number modulo 7: 100 %, 99.9 %, 99.8 %, 99.5 %, 99 %, 98 %, 94 %.
 ERROR_PERMILLE = [0, 1, 2, 5, 10, 20, 60]
 CHUNK = 1_000_000
-
-
-def _use_bench_database() -> None:
-    """A fresh PostgreSQL database of its own for every run, away from the developer's data."""
-    url = os.environ.get("DATABASE_URL", "")
-    if url.startswith("postgres"):
-        parts = urlsplit(url)
-        os.environ["DATABASE_URL"] = urlunsplit(parts._replace(path=f"/{BENCH_DB}"))
-        import psycopg
-
-        admin = urlunsplit(parts._replace(path="/postgres"))
-        with psycopg.connect(admin.replace("postgres://", "postgresql://", 1), autocommit=True) as conn:
-            conn.execute(f"DROP DATABASE IF EXISTS {BENCH_DB} WITH (FORCE)")
-            conn.execute(f"CREATE DATABASE {BENCH_DB}")
 
 
 _INSERT = (
@@ -73,14 +60,7 @@ def main() -> None:
     args = parser.parse_args()
     if args.contracts < 1 or args.records < args.contracts:
         parser.error("need at least one contract and at least one record per contract")
-    _use_bench_database()
-    os.environ.setdefault("DJANGO_SETTINGS_MODULE", "config.settings")
-    import django
-
-    django.setup()
-    from django.core.management import call_command
-
-    call_command("migrate", verbosity=0)
+    use_fresh_database(BENCH_DB)
     run(args.contracts, args.records)
 
 

@@ -19,26 +19,15 @@ import sys
 import time
 from pathlib import Path
 from typing import Any
-from urllib.parse import urlsplit, urlunsplit
 
 ROOT = Path(__file__).resolve().parents[1]
 # Replace this script's folder on the path: its name would shadow platform apps.
 sys.path[0:1] = [str(ROOT), str(ROOT / "platform")]
+
+from bench.benchdb import use_fresh_database  # noqa: E402 - needs the path above
+
 BATCH = 1_000
 NOV_NS = 1_793_491_200 * 10**9  # 2026-11-01T00:00:00Z
-
-
-def _use_bench_database() -> None:
-    url = os.environ.get("DATABASE_URL", "")
-    if url.startswith("postgres"):
-        parts = urlsplit(url)
-        os.environ["DATABASE_URL"] = urlunsplit(parts._replace(path="/treemeter_bench_verify"))
-        import psycopg
-
-        admin = urlunsplit(parts._replace(path="/postgres"))
-        with psycopg.connect(admin.replace("postgres://", "postgresql://", 1), autocommit=True) as conn:
-            conn.execute("DROP DATABASE IF EXISTS treemeter_bench_verify WITH (FORCE)")
-            conn.execute("CREATE DATABASE treemeter_bench_verify")
 
 
 def main() -> None:
@@ -48,14 +37,7 @@ def main() -> None:
     parser.add_argument("--records", type=int, default=1_000_000, help="records on the invoice")
     parser.add_argument("--workdir", type=Path, default=None, help="where the export is written")
     args = parser.parse_args()
-    _use_bench_database()
-    os.environ.setdefault("DJANGO_SETTINGS_MODULE", "config.settings")
-    import django
-
-    django.setup()
-    from django.core.management import call_command
-
-    call_command("migrate", verbosity=0)
+    use_fresh_database("treemeter_bench_verify")
     run(args.records, args.workdir)
 
 
