@@ -39,7 +39,12 @@ def late_usage_adjustments(contract: Contract, period_start: datetime, now: date
 def _adjust(contract: Contract, invoice: Invoice, period_start: datetime, now: datetime) -> list[RatedLine]:
     terms = Terms.from_json(invoice.terms)
     measured = period_usage(
-        contract.tenant.code, contract.code, invoice.period_start, invoice.period_end, terms.metrics
+        contract.tenant.code,
+        contract.code,
+        invoice.period_start,
+        invoice.period_end,
+        terms.metrics,
+        as_of=invoice.finalized_at,  # later exclusions were credited by notes: never twice
     )
     billed: dict[str, Decimal] = defaultdict(Decimal)
     for dimension, quantity in invoice.terms.get("quantities", {}).items():

@@ -38,6 +38,7 @@ class PeriodUsage:
     record_count: int
     quantities: dict[str, Decimal]
     values: dict[str, Decimal] = field(default_factory=dict)
+    excluded: dict[str, Any] = field(default_factory=dict)  # what exclusions left out, and why
 
 
 @dataclass(frozen=True)

@@ -19,12 +19,14 @@ from django.db.models import Sum
 from clickhouse_store import query
 from contracts.dimensions import AGGREGATES, quantity_from_aggregate
 
+from .exclusions import DISPUTED, PAUSED, RatingExclusions, rating_exclusions
 from .expressions import compile_metric
 from .models import CreditEntry, Invoice
 from .rating import PeriodUsage
 
 _DIMENSIONS = list(AGGREGATES)
-_OK = "status = 'ok'"
+_FIRST_DIMENSION = 5  # after tenant, contract, records, by_dispute, by_pause
+_OK = "status = 'ok' AND NOT disputed AND NOT paused"
 METRIC_PLACES = Decimal("0.000001")
 
 
@@ -37,13 +39,17 @@ class ContractMeter:
     metrics: dict[str, str]
 
 
-def usage_sql(meters: Sequence[ContractMeter]) -> tuple[str, dict[str, Any], dict[str, int]]:
+def usage_sql(
+    meters: Sequence[ContractMeter], exclusions: RatingExclusions | None = None
+) -> tuple[str, dict[str, Any], dict[str, int]]:
     """The one GROUP BY query for these contracts, and the column of each distinct custom metric
     expression (contracts sharing an expression share one column). Built from our own constant
-    expressions and compiled metrics only; tenants, contracts, period and numbers are bound parameters."""
+    expressions and compiled metrics only; tenants, contracts, period, numbers and the excluded record
+    ids and paused windows (`billing.exclusions`) are bound parameters."""
     params: dict[str, Any] = {
         "tenants": sorted({m.tenant for m in meters}),
         "contracts": [m.contract for m in meters],
+        **(exclusions or RatingExclusions()).params(),
     }
     columns = [f"{expr} FILTER (WHERE {_OK})" for expr in AGGREGATES.values()]
     users: dict[str, list[str]] = {}
@@ -58,7 +64,9 @@ def usage_sql(meters: Sequence[ContractMeter]) -> tuple[str, dict[str, Any], dic
         columns.append(f"sum(if({_OK} AND contract IN {{m{k}c:Array(String)}}, {compiled.sql}, 0.))")
         metric_column[expression] = k
     sql = (
-        "SELECT tenant, contract, count() AS records, "  # noqa: S608
+        f"WITH {DISPUTED} AS disputed, {PAUSED} AS paused "  # noqa: S608
+        "SELECT tenant, contract, count() AS records, "
+        "countIf(disputed) AS by_dispute, countIf(paused AND NOT disputed) AS by_pause, "
         + ", ".join(columns)
         + f" FROM {query.RECORDS} "
         "WHERE tenant IN {tenants:Array(String)} AND contract IN {contracts:Array(String)} "
@@ -69,36 +77,44 @@ def usage_sql(meters: Sequence[ContractMeter]) -> tuple[str, dict[str, Any], dic
 
 
 def usage_by_contract(
-    meters: Sequence[ContractMeter], start: datetime, end: datetime
+    meters: Sequence[ContractMeter], start: datetime, end: datetime, as_of: datetime | None = None
 ) -> dict[str, PeriodUsage]:
-    """Each contract's period usage (only successful requests are billable; record_count counts all).
-    A contract without records gets zero usage. Records under another tenant's code are not counted."""
+    """Each contract's period usage (only successful, not excluded requests are billable; record_count
+    counts all). A contract without records gets zero usage. Records under another tenant's code are
+    not counted. `as_of`: only exclusions made by then apply (`billing.exclusions`)."""
     if not meters:
         return {}
-    sql, params, metric_column = usage_sql(meters)
-    rows = query.select(sql, {**params, "start": start, "end": end})
     owner = {m.contract: m.tenant for m in meters}
+    exclusions = rating_exclusions(owner, start, end, as_of)
+    sql, params, metric_column = usage_sql(meters, exclusions)
+    rows = query.select(sql, {**params, "start": start, "end": end})
     found: dict[str, tuple[Any, ...]] = {row[1]: row for row in rows if owner.get(row[1]) == row[0]}
     usage = {}
-    first_metric = 3 + len(_DIMENSIONS)
+    first_metric = _FIRST_DIMENSION + len(_DIMENSIONS)
     for meter in meters:
         row = found.get(meter.contract)
         quantities = {
-            d: quantity_from_aggregate(d, int(row[3 + k] or 0) if row else 0)
+            d: quantity_from_aggregate(d, int(row[_FIRST_DIMENSION + k] or 0) if row else 0)
             for k, d in enumerate(_DIMENSIONS)
         }
         for code, expression in meter.metrics.items():
             raw = row[first_metric + metric_column[expression]] if row else 0.0
             quantities[code] = Decimal(repr(float(raw or 0.0))).quantize(METRIC_PLACES)
-        usage[meter.contract] = PeriodUsage(int(row[2]) if row else 0, quantities)
+        excluded = exclusions.describe(meter.contract, int(row[3]) if row else 0, int(row[4]) if row else 0)
+        usage[meter.contract] = PeriodUsage(int(row[2]) if row else 0, quantities, excluded=excluded)
     return usage
 
 
 def period_usage(
-    tenant: str, contract: str, start: datetime, end: datetime, metrics: dict[str, str] | None = None
+    tenant: str,
+    contract: str,
+    start: datetime,
+    end: datetime,
+    metrics: dict[str, str] | None = None,
+    as_of: datetime | None = None,
 ) -> PeriodUsage:
     """One contract's usage for [start, end)."""
-    return usage_by_contract([ContractMeter(tenant, contract, metrics or {})], start, end)[contract]
+    return usage_by_contract([ContractMeter(tenant, contract, metrics or {})], start, end, as_of)[contract]
 
 
 def invoice_with_lines(invoice_id: int) -> Invoice:

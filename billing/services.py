@@ -108,7 +108,7 @@ def _with_outcomes(
     count, value, refs = outcomes.billable_outcomes(contract, end)
     quantities = {**usage.quantities, Dimension.OUTCOMES: count}
     values = {**usage.values, Dimension.OUTCOMES: value}
-    return PeriodUsage(usage.record_count, quantities, values), refs
+    return PeriodUsage(usage.record_count, quantities, values, usage.excluded), refs
 
 
 def _coupon_uses(contract: Contract, exclude: Invoice | None) -> Counter[str]:
@@ -135,7 +135,11 @@ def _write_draft(
         "tax": rated.tax,
         "total": rated.total,
         "amount_due": rated.total,
-        "terms": {**terms.as_json(), "quantities": {k: str(v) for k, v in usage.quantities.items()}},
+        "terms": {
+            **terms.as_json(),
+            "quantities": {k: str(v) for k, v in usage.quantities.items()},
+            **({"exclusions": usage.excluded} if usage.excluded else {}),
+        },
         "grace_until": end + timedelta(days=contract.grace_days),
         "status": Invoice.Status.GRACE if contract.grace_days else Invoice.Status.DRAFT,
         "issuing_entity": contract.issuing_entity,

@@ -9,6 +9,7 @@ from typing import Any
 from django.db import transaction
 
 from contracts.models import Contract
+from webhooks.services import publish_event
 
 from .models import AlertEvent, Objective, SlaAlert
 
@@ -35,6 +36,12 @@ def _payload(alert: SlaAlert, event: str, at: datetime) -> dict[str, Any]:
         "fired_at": alert.fired_at.isoformat(),
         "at": at.isoformat(),
     }
+
+
+def _record_event(alert: SlaAlert, kind: str, at: datetime) -> None:
+    """Persist the alert's state change and publish it as a signed webhook event (sent on commit)."""
+    event = AlertEvent.objects.create(alert=alert, kind=kind, at=at, payload=_payload(alert, kind, at))
+    publish_event(event.payload["type"], alert.contract.tenant, event.payload, f"sla.alert:{event.pk}")
 
 
 def reconcile(contract: Contract, kind: str, holding: dict[tuple[str, str], Condition], now: datetime) -> int:
@@ -67,14 +74,10 @@ def reconcile(contract: Contract, kind: str, holding: dict[tuple[str, str], Cond
                 measured=condition.measured,
                 last_evaluated_at=now,
             )
-            AlertEvent.objects.create(
-                alert=alert, kind="fired", at=now, payload=_payload(alert, "fired", now)
-            )
+            _record_event(alert, "fired", now)
         for key, alert in open_alerts.items():
             if key not in holding:
                 alert.resolved_at = alert.last_evaluated_at = now
                 alert.save(update_fields=["resolved_at", "last_evaluated_at"])
-                AlertEvent.objects.create(
-                    alert=alert, kind="resolved", at=now, payload=_payload(alert, "resolved", now)
-                )
+                _record_event(alert, "resolved", now)
     return len(holding)

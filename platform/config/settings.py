@@ -31,6 +31,7 @@ INSTALLED_APPS = [
     "demo",
     "entitlements",
     "ledger",
+    "webhooks",
 ]
 
 MIDDLEWARE = [
@@ -130,6 +131,11 @@ DATA_UPLOAD_MAX_MEMORY_SIZE = INGEST_MAX_BATCH_BYTES + 1024
 STRIPE_API_KEY = env.text("STRIPE_API_KEY", "")
 STRIPE_WEBHOOK_SECRET = env.text("STRIPE_WEBHOOK_SECRET", "")
 STRIPE_API_BASE = env.text("STRIPE_API_BASE", "https://api.stripe.com")
+
+# Outgoing webhooks (webhooks app): tries per delivery, backoff base (doubles per try), HTTP timeout.
+WEBHOOK_MAX_ATTEMPTS = env.integer("WEBHOOK_MAX_ATTEMPTS", 6, minimum=1)
+WEBHOOK_RETRY_BASE_SECONDS = env.integer("WEBHOOK_RETRY_BASE_SECONDS", 30, minimum=0)
+WEBHOOK_TIMEOUT_SECONDS = env.integer("WEBHOOK_TIMEOUT_SECONDS", 10, minimum=1)
 
 REST_FRAMEWORK = {
     "DEFAULT_SCHEMA_CLASS": "drf_spectacular.openapi.AutoSchema",

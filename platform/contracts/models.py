@@ -87,6 +87,10 @@ class Contract(models.Model):
         blank=True,
         help_text="Confirms outcomes at once, e.g. 'outcome_f1 >= 0.92 and p99_latency_ms <= 300'.",
     )
+    pause_billing_on_customer_dependency = models.BooleanField(
+        default=False,
+        help_text="Requests in an SLA customer-dependency exclusion are not billed (docs/billing.md).",
+    )
     credit_order = models.JSONField(
         default=list,
         blank=True,

@@ -97,6 +97,7 @@ TERM_FIELDS = {
     "late_usage_policy": Contract.LateUsage.values,
     "outcome_on_expiry": ["confirm", "revoke"],
     "tax_inclusive": "bool",
+    "pause_billing_on_customer_dependency": "bool",
     "grace_days": "int",
     "late_usage_days": "int",
     "outcome_window_hours": "int",

@@ -26,6 +26,7 @@ from billing.services import issue_note
 from billing.terms import Terms
 from ingest.models import IngestBatch, SequenceGap
 from treemeter_records import private_key_from_seed
+from webhooks.services import publish_event
 
 from .merkle import ProofError, append_leaves, consistency_path, fold, verify_consistency
 from .models import (
@@ -178,8 +179,8 @@ def check_extends(last: Checkpoint, size: int, root: bytes) -> None:
 
 
 def record_gap_events(agent: Agent, gaps: Sequence[SequenceGap]) -> None:
-    """One outgoing ``ledger.sequence_gap`` event per newly detected gap (delivery is the portal's)."""
-    LedgerEvent.objects.bulk_create(
+    """One ``ledger.sequence_gap`` event per newly detected gap, published as a platform-wide webhook."""
+    events = LedgerEvent.objects.bulk_create(
         LedgerEvent(
             kind=LedgerEvent.Kind.SEQUENCE_GAP,
             agent=agent,
@@ -193,6 +194,8 @@ def record_gap_events(agent: Agent, gaps: Sequence[SequenceGap]) -> None:
         )
         for gap in gaps
     )
+    for event in events:
+        publish_event(event.kind, None, event.payload, f"{event.kind}:{event.pk}")
 
 
 def open_dispute(user: Any, line_id: int, reason: str, tenant: str | None) -> Dispute:

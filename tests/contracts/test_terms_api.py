@@ -205,6 +205,15 @@ def test_period_terms_are_patched(staff: Client, contract: Contract) -> None:
     assert response.json()["outcome_rule"] == body["outcome_rule"]
 
 
+def test_the_billing_pause_for_customer_dependencies_is_a_term(staff: Client, contract: Contract) -> None:
+    assert patch(staff, {"pause_billing_on_customer_dependency": "yes"}).json()["code"] == "invalid_term"
+    response = patch(staff, {"pause_billing_on_customer_dependency": True})
+    assert response.status_code == 200, response.content
+    assert response.json()["pause_billing_on_customer_dependency"] is True
+    contract.refresh_from_db()
+    assert contract.pause_billing_on_customer_dependency is True
+
+
 @pytest.mark.parametrize(
     ("body", "code", "details"),
     [
