@@ -1,16 +1,13 @@
-"""Who may read which tenant's SLA data.
+"""Who may read which tenant's SLA data: the same membership the ledger and billing APIs use.
 
-Until the portal issue brings per-tenant API tokens and roles, a signed-in user reads a tenant's
-SLA reports when they are staff, or a member of the Django group named `tenant:<tenant code>`.
+Staff read every tenant; a customer user reads the tenant of their `ledger.TenantMembership`.
 """
 
 from __future__ import annotations
 
 from typing import Any
 
-from accounts.models import Tenant
-
-TENANT_GROUP_PREFIX = "tenant:"
+from ledger.models import TenantMembership
 
 
 def visible_tenant_ids(user: Any) -> list[int] | None:
@@ -19,8 +16,4 @@ def visible_tenant_ids(user: Any) -> list[int] | None:
         return []
     if getattr(user, "is_staff", False):
         return None
-    groups = user.groups.values_list("name", flat=True)
-    codes = [
-        name.removeprefix(TENANT_GROUP_PREFIX) for name in groups if name.startswith(TENANT_GROUP_PREFIX)
-    ]
-    return list(Tenant.objects.filter(code__in=codes).values_list("id", flat=True))
+    return list(TenantMembership.objects.filter(user=user).values_list("tenant_id", flat=True))

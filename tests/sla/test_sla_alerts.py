@@ -116,8 +116,9 @@ def test_a_real_celery_worker_runs_the_beat_job(redis_url: str) -> None:
 
 
 def test_alerts_api_shows_only_the_callers_tenant(django_user_model: Any) -> None:
-    from django.contrib.auth.models import Group
     from django.test import Client
+
+    from ledger.models import TenantMembership
 
     mine, theirs = ContractFactory.create(), ContractFactory.create()
     for contract in (mine, theirs):
@@ -126,7 +127,7 @@ def test_alerts_api_shows_only_the_callers_tenant(django_user_model: Any) -> Non
         store(records(agent, contract, 60, at(NOW - timedelta(hours=1)), MINUTE, status="error"))
         evaluate_burn_rates(contract, now=NOW)
     user = django_user_model.objects.create_user("alice", password="pw")
-    user.groups.add(Group.objects.create(name=f"tenant:{mine.tenant.code}"))
+    TenantMembership.objects.create(user=user, tenant=mine.tenant)
     client = Client()
     client.force_login(user)
 

@@ -10,9 +10,9 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from django.contrib.auth.models import Group
 from django.test import Client
 
+from ledger.models import TenantMembership
 from sla.models import ServiceCredit, SlaReport
 from sla.pdf import cjk_font_path
 from sla.services import compute_report
@@ -36,8 +36,7 @@ def report_for_new_tenant(failed: int = 2) -> SlaReport:
 
 def member_of(report: SlaReport, django_user_model: Any, name: str) -> Client:
     user = django_user_model.objects.create_user(name, password="pw")
-    group, _ = Group.objects.get_or_create(name=f"tenant:{report.contract.tenant.code}")
-    user.groups.add(group)
+    TenantMembership.objects.create(user=user, tenant=report.contract.tenant)
     client = Client()
     client.force_login(user)
     return client
