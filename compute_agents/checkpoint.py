@@ -23,6 +23,13 @@ EXPERTS_DIR = "experts"
 SPECIAL_TOKENS = ["<|endoftext|>", "<|system|>", "<|user|>", "<|assistant|>"]
 EOS_TOKEN = "<|endoftext|>"  # noqa: S105 - a token, not a password
 
+
+def chat_prompt(messages: list[dict[str, str]]) -> str:
+    """The tiny model's chat layout: one role token per turn, ending where the assistant speaks."""
+    turns = [f"<|{m['role']}|>\n{m['content']}\n" for m in messages]
+    return "".join(turns) + "<|assistant|>\n"
+
+
 _CORPUS_WORDS = [
     "the",
     "contract",

@@ -21,7 +21,7 @@ from typing import Any, Protocol
 
 import torch
 
-from .checkpoint import read_manifest, verify_weights
+from .checkpoint import chat_prompt, read_manifest, verify_weights
 from .expert_cache import CachedExperts, CacheStats, ExpertCache
 
 
@@ -126,9 +126,7 @@ class TorchEngine:
         return len(self.tokenizer(prompt)["input_ids"])
 
     def chat_prompt(self, messages: list[dict[str, str]]) -> str:
-        """A plain chat layout with the tokenizer's role tokens, ending where the assistant speaks."""
-        turns = [f"<|{m['role']}|>\n{m['content']}\n" for m in messages]
-        return "".join(turns) + "<|assistant|>\n"
+        return chat_prompt(messages)
 
     def generate(
         self,

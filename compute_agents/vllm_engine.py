@@ -18,7 +18,7 @@ from typing import Any
 
 import torch
 
-from .checkpoint import read_manifest, verify_weights
+from .checkpoint import chat_prompt, read_manifest, verify_weights
 from .engine import Generation
 
 
@@ -75,8 +75,7 @@ class VllmEngine:
         return len(self.tokenizer(prompt)["input_ids"])
 
     def chat_prompt(self, messages: list[dict[str, str]]) -> str:
-        turns = [f"<|{m['role']}|>\n{m['content']}\n" for m in messages]
-        return "".join(turns) + "<|assistant|>\n"
+        return chat_prompt(messages)
 
     def generate(
         self,
