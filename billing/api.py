@@ -93,11 +93,8 @@ class CreditGrantView(APIView):
         contract = Contract.objects.filter(code=code).first()
         if contract is None:
             return error_response(404, "contract_not_found", f"No contract {code!r}.")
-        try:
-            check_currency(contract, body.validated_data["currency"])
-            entry = grant_credits(contract, body.validated_data["amount"], body.validated_data["reference"])
-        except BillingError as error:
-            return error_response(error.http_status, error.code, error.message, error.details)
+        check_currency(contract, body.validated_data["currency"])
+        entry = grant_credits(contract, body.validated_data["amount"], body.validated_data["reference"])
         return JsonResponse(
             {
                 "amount": str(entry.amount),
@@ -121,10 +118,7 @@ class InvoicePdfView(APIView):
         invoice = (invoices if tenant is None else invoices.filter(tenant__code=tenant)).first()
         if invoice is None:
             return error_response(404, "invoice_not_found", f"No invoice {pk}.")
-        try:
-            pdf = render_invoice_pdf(invoice_with_lines(pk), request.query_params.get("lang", "en"))
-        except BillingError as error:
-            return error_response(error.http_status, error.code, error.message, error.details)
+        pdf = render_invoice_pdf(invoice_with_lines(pk), request.query_params.get("lang", "en"))
         response = HttpResponse(pdf, content_type="application/pdf")
         response["Content-Disposition"] = f'inline; filename="invoice-{invoice.number or pk}.pdf"'
         return response
@@ -192,11 +186,8 @@ class OutcomeDeclareView(APIView):
         contract = (contracts if tenant is None else contracts.filter(tenant__code=tenant)).first()
         if contract is None:
             return error_response(404, "contract_not_found", f"No contract {data['contract']!r}.")
-        try:
-            check_currency(contract, data.get("currency"))
-            outcome = declare_outcome(contract, data["ref"], data["type"], data["value"], timezone.now())
-        except BillingError as error:
-            return error_response(error.http_status, error.code, error.message, error.details)
+        check_currency(contract, data.get("currency"))
+        outcome = declare_outcome(contract, data["ref"], data["type"], data["value"], timezone.now())
         return JsonResponse(_outcome_json(outcome), status=201)
 
 
@@ -218,10 +209,7 @@ class OutcomeDecisionView(APIView):
         if outcome is None:
             return error_response(404, "outcome_not_found", f"No outcome {pk}.")
         reason = str(request.data.get("reason", "")) if isinstance(request.data, dict) else ""
-        try:
-            outcome = decide_outcome(outcome, self.decision == "confirm", timezone.now(), reason)
-        except BillingError as error:
-            return error_response(error.http_status, error.code, error.message, error.details)
+        outcome = decide_outcome(outcome, self.decision == "confirm", timezone.now(), reason)
         return JsonResponse(
             _outcome_json(Outcome.objects.select_related("contract", "credit_note").get(pk=pk))
         )

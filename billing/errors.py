@@ -2,19 +2,13 @@
 
 from __future__ import annotations
 
-from typing import Any
+from config.errors import ApiError
 
 
-class BillingError(ValueError):
+class BillingError(ApiError, ValueError):
     """A request billing cannot carry out; `code` is stable, `message` says why."""
 
     http_status = 409
-
-    def __init__(self, code: str, message: str, details: dict[str, Any] | None = None) -> None:
-        super().__init__(message)
-        self.code = code
-        self.message = message
-        self.details = details or {}
 
 
 class InvalidRequest(BillingError):

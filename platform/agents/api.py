@@ -6,7 +6,7 @@ from rest_framework.request import Request
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
-from .services import AgentRegistrationError, register_agent
+from .services import register_agent
 
 
 class AgentRegistrationSerializer(serializers.Serializer):
@@ -34,17 +34,11 @@ class AgentRegistrationView(APIView):
         serializer = AgentRegistrationSerializer(data=request.data)
         serializer.is_valid(raise_exception=True)
         data = serializer.validated_data
-        try:
-            key = register_agent(
-                agent_id=data["agent_id"],
-                public_key_b64=data["public_key"],
-                tenant_codes=data["tenants"],
-                contract_codes=data["contracts"],
-                host_class=data["host_class"],
-            )
-        except AgentRegistrationError as error:
-            return Response(
-                {"code": error.code, "message": error.message, "details": {}},
-                status=status.HTTP_400_BAD_REQUEST,
-            )
+        key = register_agent(
+            agent_id=data["agent_id"],
+            public_key_b64=data["public_key"],
+            tenant_codes=data["tenants"],
+            contract_codes=data["contracts"],
+            host_class=data["host_class"],
+        )
         return Response({"agent_id": data["agent_id"], "key_id": key.key_id}, status=status.HTTP_201_CREATED)

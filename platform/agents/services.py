@@ -10,17 +10,15 @@ from django.db import transaction
 from django.utils import timezone
 
 from accounts.models import Tenant
+from config.errors import ApiError
 from contracts.models import Contract
 from treemeter_records import key_id_for
 
 from .models import Agent, AgentBinding, AgentKey
 
 
-class AgentRegistrationError(ValueError):
-    def __init__(self, code: str, message: str) -> None:
-        super().__init__(message)
-        self.code = code
-        self.message = message
+class AgentRegistrationError(ApiError, ValueError):
+    http_status = 400
 
 
 def decode_public_key(public_key_b64: str) -> bytes:

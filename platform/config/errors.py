@@ -10,6 +10,19 @@ from rest_framework.response import Response
 from rest_framework.views import exception_handler
 
 
+class ApiError(Exception):
+    """A domain error with a stable code. Raised in a DRF view, it becomes the standard error answer,
+    so views need no try/except to translate their services' errors."""
+
+    http_status = 400
+
+    def __init__(self, code: str, message: str, details: dict[str, Any] | None = None) -> None:
+        super().__init__(message)
+        self.code = code
+        self.message = message
+        self.details = details or {}
+
+
 def error_response(
     http_status: int, code: str, message: str, details: dict[str, Any] | None = None
 ) -> JsonResponse:
@@ -17,6 +30,10 @@ def error_response(
 
 
 def api_exception_handler(exc: Exception, context: dict[str, Any]) -> Response | None:
+    if isinstance(exc, ApiError):
+        return Response(
+            {"code": exc.code, "message": exc.message, "details": exc.details}, status=exc.http_status
+        )
     response = exception_handler(exc, context)
     if response is None:
         return None

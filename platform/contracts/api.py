@@ -12,7 +12,6 @@ from rest_framework.permissions import IsAdminUser
 from rest_framework.request import Request
 from rest_framework.views import APIView
 
-from billing.errors import BillingError
 from config.errors import error_response
 
 from .models import Contract
@@ -24,10 +23,6 @@ def _contract(code: str) -> Contract | JsonResponse:
     if contract is None:
         return error_response(404, "contract_not_found", f"No contract {code!r}.")
     return contract
-
-
-def billing_error(error: BillingError) -> JsonResponse:
-    return error_response(error.http_status, error.code, error.message, error.details)
 
 
 class ChargeSerializer(serializers.Serializer):
@@ -54,10 +49,7 @@ class ChargeView(APIView):
         if isinstance(contract, JsonResponse):
             return contract
         data = dict(body.validated_data)
-        try:
-            price = set_charge(contract, dimension, data.pop("charge_model"), **data)
-        except BillingError as error:
-            return billing_error(error)
+        price = set_charge(contract, dimension, data.pop("charge_model"), **data)
         return JsonResponse(
             {
                 "dimension": price.dimension,
@@ -79,10 +71,7 @@ class MetricView(APIView):
         contract = _contract(code)
         if isinstance(contract, JsonResponse):
             return contract
-        try:
-            row = set_metric(contract, metric, body.validated_data["name"], body.validated_data["expression"])
-        except BillingError as error:
-            return billing_error(error)
+        row = set_metric(contract, metric, body.validated_data["name"], body.validated_data["expression"])
         return JsonResponse({"code": row.code, "name": row.name, "expression": row.expression})
 
 
@@ -98,10 +87,7 @@ class TermsView(APIView):
             return contract
         data = dict(request.data) if isinstance(request.data, dict) else {}
         currency = data.pop("currency", None)
-        try:
-            contract = update_terms(contract, data, currency)
-        except BillingError as error:
-            return billing_error(error)
+        contract = update_terms(contract, data, currency)
         return JsonResponse({name: _plain(getattr(contract, name)) for name in TERM_FIELDS})
 
 

@@ -10,16 +10,18 @@ from django.utils import timezone
 
 from accounts.validators import validate_slug_code
 from compute_agents.protocol import API_KEY_PREFIX, api_key_hash
+from config.errors import ApiError
 from contracts.models import Contract
 
 from .models import ApiKey
 
 
-class EntitlementError(ValueError):
-    def __init__(self, code: str, message: str) -> None:
-        super().__init__(message)
-        self.code = code
-        self.message = message
+class EntitlementError(ApiError, ValueError):
+    http_status = 400
+
+
+class UnknownApiKey(EntitlementError):
+    http_status = 404
 
 
 @dataclass(frozen=True)
@@ -61,7 +63,7 @@ def revoke_api_key(prefix: str) -> ApiKey:
     """Revoke a key: agents refuse it (403) from their next snapshot. Revoking twice keeps the first time."""
     api_key = ApiKey.objects.filter(prefix=prefix).first()
     if api_key is None:
-        raise EntitlementError("unknown_api_key", f"No API key starts with {prefix!r}.")
+        raise UnknownApiKey("unknown_api_key", f"No API key starts with {prefix!r}.")
     if api_key.revoked_at is None:
         api_key.revoked_at = timezone.now()
         api_key.save(update_fields=["revoked_at"])

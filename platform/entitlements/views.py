@@ -19,7 +19,7 @@ from config.errors import error_response
 from treemeter_records import key_id_for, private_key_from_seed, public_key_from_b64, public_key_to_b64
 
 from .selectors import entitlement_snapshot
-from .services import EntitlementError, issue_api_key, revoke_api_key
+from .services import issue_api_key, revoke_api_key
 
 REQUEST_WINDOW_NS = 300 * 10**9
 
@@ -83,15 +83,12 @@ class ApiKeyIssueView(APIView):
         serializer = ApiKeyIssueSerializer(data=request.data)
         serializer.is_valid(raise_exception=True)
         data = serializer.validated_data
-        try:
-            issued = issue_api_key(
-                contract_code=data["contract"],
-                sla_class=data["sla_class"],
-                quota_tokens=data["quota_tokens"],
-                name=data["name"],
-            )
-        except EntitlementError as error:
-            return Response({"code": error.code, "message": error.message, "details": {}}, status=400)
+        issued = issue_api_key(
+            contract_code=data["contract"],
+            sla_class=data["sla_class"],
+            quota_tokens=data["quota_tokens"],
+            name=data["name"],
+        )
         return Response(
             {"api_key": issued.secret, "prefix": issued.api_key.prefix, "contract": data["contract"]},
             status=status.HTTP_201_CREATED,
@@ -102,8 +99,5 @@ class ApiKeyRevokeView(APIView):
     permission_classes = [IsAdminUser]
 
     def post(self, request: Request, prefix: str) -> Response:
-        try:
-            api_key = revoke_api_key(prefix)
-        except EntitlementError as error:
-            return Response({"code": error.code, "message": error.message, "details": {}}, status=404)
+        api_key = revoke_api_key(prefix)
         return Response({"prefix": api_key.prefix, "revoked_at": api_key.revoked_at})
