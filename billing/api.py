@@ -7,23 +7,33 @@ from django.http import HttpRequest, HttpResponse, JsonResponse
 from django.utils import timezone
 from django.views.decorators.csrf import csrf_exempt
 from django.views.decorators.http import require_POST
-from drf_spectacular.utils import extend_schema
+from drf_spectacular.types import OpenApiTypes
+from drf_spectacular.utils import OpenApiParameter, extend_schema, extend_schema_view
 from rest_framework import generics, serializers
-from rest_framework.exceptions import PermissionDenied
+from rest_framework.exceptions import ValidationError
 from rest_framework.permissions import IsAdminUser
 from rest_framework.request import Request
 from rest_framework.views import APIView
 
+from accounts.access import WRITE_ANY, principal_of
 from config.errors import error_response
+from config.fields import StrictCharField
 from contracts.models import Contract
 from contracts.services import check_currency
 
 from .errors import BillingError
-from .models import Invoice, InvoiceLine, Outcome
+from .models import Invoice, InvoiceLine, Note, Outcome
 from .outcomes import decide_outcome, declare_outcome
 from .payments import handle_webhook
 from .pdf import render_invoice_pdf
-from .selectors import credit_balance, invoice_with_lines
+from .periods import month_bounds
+from .selectors import (
+    credit_balance,
+    invoice_with_lines,
+    visible_credit_notes,
+    visible_invoices,
+    visible_outcomes,
+)
 from .services import grant_credits
 
 
@@ -60,6 +70,95 @@ class InvoiceSerializer(serializers.ModelSerializer):
         ]
 
 
+class InvoiceSummarySerializer(InvoiceSerializer):
+    class Meta(InvoiceSerializer.Meta):
+        fields = [f for f in InvoiceSerializer.Meta.fields if f != "lines"]
+
+
+class InvoiceFilter(serializers.Serializer):
+    status = serializers.ChoiceField(choices=Invoice.Status.choices, required=False)
+    period = serializers.RegexField(
+        r"^\d{4}-\d{2}$", required=False, help_text="YYYY-MM: the period's month."
+    )
+    contract = serializers.CharField(required=False, help_text="A contract code.")
+
+
+@extend_schema_view(get=extend_schema(parameters=[InvoiceFilter]))
+class InvoiceListView(generics.ListAPIView):
+    """The caller's invoices (staff: all), newest first, without lines (GET /v1/invoices/<id> has them)."""
+
+    serializer_class = InvoiceSummarySerializer
+
+    def get_queryset(self) -> QuerySet[Invoice]:
+        filters = InvoiceFilter(data=self.request.query_params.dict())
+        filters.is_valid(raise_exception=True)
+        data = filters.validated_data
+        invoices = visible_invoices(principal_of(self.request).tenant_id)
+        if "status" in data:
+            invoices = invoices.filter(status=data["status"])
+        if "contract" in data:
+            invoices = invoices.filter(contract__code=data["contract"])
+        if "period" in data:
+            try:
+                start, _ = month_bounds(data["period"])
+            except ValueError as error:
+                raise ValidationError({"period": [str(error)]}) from None
+            invoices = invoices.filter(period_start=start)
+        return invoices
+
+
+class CreditNoteSerializer(serializers.ModelSerializer):
+    invoice = serializers.IntegerField(source="invoice_id")
+    invoice_number = serializers.CharField(source="invoice.number")
+    contract = serializers.CharField(source="invoice.contract.code")
+    currency = serializers.CharField(source="invoice.currency")
+    line = serializers.IntegerField(source="line_id", allow_null=True)
+
+    class Meta:
+        model = Note
+        fields = [
+            "id",
+            "number",
+            "invoice",
+            "invoice_number",
+            "contract",
+            "line",
+            "reason",
+            "amount",
+            "currency",
+            "created_at",
+        ]
+
+
+class CreditNoteFilter(serializers.Serializer):
+    invoice = serializers.IntegerField(required=False)
+    contract = serializers.CharField(required=False, help_text="A contract code.")
+
+
+@extend_schema_view(get=extend_schema(parameters=[CreditNoteFilter]))
+class CreditNoteListView(generics.ListAPIView):
+    """The caller's credit notes (corrections lowering what a finalised invoice asks)."""
+
+    serializer_class = CreditNoteSerializer
+
+    def get_queryset(self) -> QuerySet[Note]:
+        filters = CreditNoteFilter(data=self.request.query_params.dict())
+        filters.is_valid(raise_exception=True)
+        notes = visible_credit_notes(principal_of(self.request).tenant_id)
+        if "invoice" in filters.validated_data:
+            notes = notes.filter(invoice_id=filters.validated_data["invoice"])
+        if "contract" in filters.validated_data:
+            notes = notes.filter(invoice__contract__code=filters.validated_data["contract"])
+        return notes
+
+
+class CreditNoteDetailView(generics.RetrieveAPIView):
+    serializer_class = CreditNoteSerializer
+
+    def get_queryset(self) -> QuerySet[Note]:
+        return visible_credit_notes(principal_of(self.request).tenant_id)
+
+
 class InvoiceDetailView(generics.RetrieveAPIView):
     """An invoice with its lines: staff see every invoice, a customer only its own tenant's (others 404)."""
 
@@ -68,8 +167,6 @@ class InvoiceDetailView(generics.RetrieveAPIView):
     def get_queryset(self) -> QuerySet[Invoice]:
         invoices = Invoice.objects.select_related("contract", "tenant").prefetch_related("lines")
         tenant = _acting_tenant(self.request)
-        if isinstance(tenant, JsonResponse):
-            raise PermissionDenied("This user acts for no tenant.")
         return invoices if tenant is None else invoices.filter(tenant__code=tenant)
 
 
@@ -110,17 +207,20 @@ class InvoicePdfView(APIView):
     """The invoice as a PDF; `?lang=zh-Hans` for Simplified Chinese (default English). Staff see every
     invoice, a customer only its own tenant's (others answer 404)."""
 
+    @extend_schema(
+        parameters=[OpenApiParameter("lang", str, enum=["en", "zh-Hans"], default="en")],
+        responses={(200, "application/pdf"): OpenApiTypes.BINARY},
+    )
     def get(self, request: Request, pk: int) -> Any:
         tenant = _acting_tenant(request)
-        if isinstance(tenant, JsonResponse):
-            return tenant
         invoices = Invoice.objects.filter(pk=pk)
         invoice = (invoices if tenant is None else invoices.filter(tenant__code=tenant)).first()
         if invoice is None:
             return error_response(404, "invoice_not_found", f"No invoice {pk}.")
-        pdf = render_invoice_pdf(invoice_with_lines(pk), request.query_params.get("lang", "en"))
+        language = request.query_params.get("lang", "en")
+        pdf = render_invoice_pdf(invoice_with_lines(pk), language)
         response = HttpResponse(pdf, content_type="application/pdf")
-        response["Content-Disposition"] = f'inline; filename="invoice-{invoice.number or pk}.pdf"'
+        response["Content-Disposition"] = f'inline; filename="invoice-{invoice.number or pk}-{language}.pdf"'
         return response
 
 
@@ -135,18 +235,35 @@ def stripe_webhook(request: HttpRequest) -> JsonResponse:
     return JsonResponse({"received": True, "type": event_type, "duplicate": not handled})
 
 
-def _acting_tenant(request: Request) -> str | JsonResponse | None:
-    """None for staff (every tenant), a customer's tenant code, or a 403 for a user of no tenant."""
-    if request.user.is_staff:
-        return None
-    from ledger.models import TenantMembership  # the portal's user → tenant link
+def _acting_tenant(request: Request) -> str | None:
+    """None for staff (every tenant), else the caller's tenant code (403 no_tenant for neither)."""
+    return principal_of(request).tenant_code
 
-    membership = (
-        TenantMembership.objects.select_related("tenant").filter(user_id=request.user.pk or 0).first()
-    )
-    if membership is None:
-        return error_response(403, "no_tenant", "This user acts for no tenant.")
-    return membership.tenant.code
+
+class OutcomeReadSerializer(serializers.ModelSerializer):
+    contract = serializers.CharField(source="contract.code")
+    type = serializers.CharField(source="kind")
+    credit_note = serializers.CharField(source="credit_note.number", allow_null=True, default=None)
+
+    class Meta:
+        model = Outcome
+        fields = [
+            "id",
+            "contract",
+            "ref",
+            "type",
+            "value",
+            "status",
+            "decided_by",
+            "declared_at",
+            "window_ends_at",
+            "credit_note",
+        ]
+
+
+class OutcomeFilter(serializers.Serializer):
+    status = serializers.ChoiceField(choices=Outcome.Status.choices, required=False)
+    contract = serializers.CharField(required=False, help_text="A contract code.")
 
 
 class OutcomeSerializer(serializers.Serializer):
@@ -158,27 +275,30 @@ class OutcomeSerializer(serializers.Serializer):
 
 
 def _outcome_json(outcome: Outcome) -> dict[str, Any]:
-    return {
-        "id": outcome.pk,
-        "contract": outcome.contract.code,
-        "ref": outcome.ref,
-        "type": outcome.kind,
-        "value": str(outcome.value),
-        "status": outcome.status,
-        "decided_by": outcome.decided_by,
-        "window_ends_at": outcome.window_ends_at.isoformat(),
-        "credit_note": outcome.credit_note.number if outcome.credit_note else None,
-    }
+    return dict(OutcomeReadSerializer(outcome).data)
 
 
-class OutcomeDeclareView(APIView):
-    """A customer (or staff) declares an outcome; the same ref again returns the first declaration."""
+@extend_schema_view(get=extend_schema(parameters=[OutcomeFilter]))
+class OutcomeDeclareView(generics.ListAPIView):
+    """GET: the caller's declared outcomes. POST: a customer (or staff) declares an outcome; the same ref
+    again returns the first declaration."""
 
-    @extend_schema(request=OutcomeSerializer, responses={201: OutcomeSerializer})
+    write_roles = WRITE_ANY
+    serializer_class = OutcomeReadSerializer
+
+    def get_queryset(self) -> QuerySet[Outcome]:
+        filters = OutcomeFilter(data=self.request.query_params.dict())
+        filters.is_valid(raise_exception=True)
+        outcomes = visible_outcomes(principal_of(self.request).tenant_id)
+        if "status" in filters.validated_data:
+            outcomes = outcomes.filter(status=filters.validated_data["status"])
+        if "contract" in filters.validated_data:
+            outcomes = outcomes.filter(contract__code=filters.validated_data["contract"])
+        return outcomes
+
+    @extend_schema(request=OutcomeSerializer, responses={201: OutcomeReadSerializer})
     def post(self, request: Request) -> Any:
         tenant = _acting_tenant(request)
-        if isinstance(tenant, JsonResponse):
-            return tenant
         body = OutcomeSerializer(data=request.data)
         body.is_valid(raise_exception=True)
         data = body.validated_data
@@ -191,15 +311,19 @@ class OutcomeDeclareView(APIView):
         return JsonResponse(_outcome_json(outcome), status=201)
 
 
+class OutcomeDecisionSerializer(serializers.Serializer):
+    reason = StrictCharField(max_length=200, required=False, default="", allow_blank=True)
+
+
 class OutcomeDecisionView(APIView):
     """The customer confirms or revokes an outcome inside its verification window."""
 
     decision = ""
+    write_roles = WRITE_ANY
 
+    @extend_schema(request=OutcomeDecisionSerializer, responses={200: OutcomeReadSerializer})
     def post(self, request: Request, pk: int) -> Any:
         tenant = _acting_tenant(request)
-        if isinstance(tenant, JsonResponse):
-            return tenant
         outcomes = Outcome.objects.select_related("contract", "credit_note")
         outcome = (
             (outcomes if tenant is None else outcomes.filter(contract__tenant__code=tenant))
@@ -208,8 +332,11 @@ class OutcomeDecisionView(APIView):
         )
         if outcome is None:
             return error_response(404, "outcome_not_found", f"No outcome {pk}.")
-        reason = str(request.data.get("reason", "")) if isinstance(request.data, dict) else ""
-        outcome = decide_outcome(outcome, self.decision == "confirm", timezone.now(), reason)
+        body = OutcomeDecisionSerializer(data=request.data)
+        body.is_valid(raise_exception=True)
+        outcome = decide_outcome(
+            outcome, self.decision == "confirm", timezone.now(), body.validated_data["reason"]
+        )
         return JsonResponse(
             _outcome_json(Outcome.objects.select_related("contract", "credit_note").get(pk=pk))
         )

@@ -1,5 +1,7 @@
 """Stripe: sync the tenant's customer, push finalised invoices as PaymentIntents for their amount due
-(idempotency keys derived from our ids, so a retry never charges twice), and apply webhook events.
+(idempotency keys derived from our ids, so a retry never charges twice), and apply webhook events:
+a paid PaymentIntent pays its invoice (and publishes `invoice.paid`), a paid Checkout Session
+activates the contract it was opened for (billing.checkout).
 
 Tests point STRIPE_API_BASE at a local fake of the Stripe HTTP API; signatures are real HMAC-SHA256.
 """
@@ -15,6 +17,7 @@ from django.utils import timezone
 
 from accounts.models import Tenant
 from contracts.money import MINOR_UNITS
+from webhooks.events import publish_invoice_event
 
 from .errors import BillingError, InvalidRequest
 from .models import Invoice, StripeCustomer, StripeEvent, StripePayment
@@ -103,7 +106,20 @@ def handle_webhook(payload: bytes, signature: str | None) -> tuple[str, bool]:
     return event.type, True
 
 
+CHECKOUT_PAID = ("checkout.session.completed", "checkout.session.async_payment_succeeded")
+CHECKOUT_FAILED = ("checkout.session.expired", "checkout.session.async_payment_failed")
+
+
 def _apply(event: stripe.Event) -> None:
+    if event.type in CHECKOUT_PAID + CHECKOUT_FAILED:
+        from . import checkout  # checkout builds on this module (its Stripe client and customers)
+
+        session = event.data.object.to_dict()
+        if event.type in CHECKOUT_PAID:
+            checkout.complete_checkout(session)
+        else:
+            checkout.cancel_checkout(session)
+        return
     if event.type not in ("payment_intent.succeeded", "payment_intent.payment_failed"):
         return
     intent = event.data.object.to_dict()
@@ -111,7 +127,7 @@ def _apply(event: stripe.Event) -> None:
     if payment is None:
         return
     if event.type == "payment_intent.succeeded":
-        mark_paid(payment.invoice)
+        publish_invoice_event("invoice.paid", mark_paid(payment.invoice))
         payment.status = StripePayment.Status.SUCCEEDED
     else:
         error = intent.get("last_payment_error") or {}

@@ -44,6 +44,9 @@ TEXT = {
         "due": "Amount due",
         "checkpoint": "Ledger checkpoint",
         "none": "none (not yet provided by the ledger)",
+        "records": "Records billed: {records} (in the ledger: {logged}, excluded: {excluded})",
+        "gaps": "Sequence gaps in the serving agents: {gaps}",
+        "no_gaps": "none: every record the agents reported has arrived",
         "rounding": "Each line is rounded once, half up, to the currency's minor unit.",
     },
     "zh-Hans": {
@@ -65,6 +68,9 @@ TEXT = {
         "due": "应付金额",
         "checkpoint": "账本检查点",
         "none": "无（账本尚未提供）",
+        "records": "计费记录数：{records}（账本中：{logged}，已排除：{excluded}）",
+        "gaps": "服务代理的序号缺口：{gaps}",
+        "no_gaps": "无：代理报告的每条记录均已到达",
         "rounding": "每行金额按币种最小单位四舍五入一次。",
     },
 }
@@ -119,6 +125,20 @@ def _checkpoint(invoice: Invoice) -> str:
     return f"{pinned['size']} / {pinned['root_hash']}" if pinned else ""
 
 
+def _completeness(invoice: Invoice, t: dict[str, str]) -> list[str]:
+    """The record count and gaps pinned at finalisation (billing.services.completeness_statement)."""
+    stated = invoice.terms.get("completeness")
+    if not stated:
+        return []
+    gaps = ", ".join(f"{g['agent_id']} #{g['first_seq']}–{g['last_seq']}" for g in stated["gaps"])
+    return [
+        t["records"].format(
+            records=stated["records"], logged=stated["logged_records"], excluded=stated["excluded_records"]
+        ),
+        t["gaps"].format(gaps=gaps or t["no_gaps"]),
+    ]
+
+
 def _money(amount: Decimal, currency: str) -> str:
     return f"{amount:,} {currency}"
 
@@ -149,6 +169,7 @@ def render_invoice_pdf(invoice: Invoice, language: str = "en") -> bytes:
         f"{t['period']}: {invoice.period_start:%Y-%m-%d} – {invoice.period_end:%Y-%m-%d}",
         f"{t['status']}: {invoice.status}",
         f"{t['checkpoint']}: {_checkpoint(invoice) or t['none']}",
+        *_completeness(invoice, t),
     ]
     currency = invoice.currency
     rows: list[list[object]] = [[t["item"], t["quantity"], t["unit_price"], f"{t['amount']} ({currency})"]]

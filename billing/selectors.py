@@ -14,14 +14,14 @@ from decimal import Decimal
 from typing import Any
 
 from django.apps import apps
-from django.db.models import Sum
+from django.db.models import QuerySet, Sum
 
 from clickhouse_store import query
 from contracts.dimensions import AGGREGATES, quantity_from_aggregate
 
 from .exclusions import DISPUTED, PAUSED, RatingExclusions, rating_exclusions
 from .expressions import compile_metric
-from .models import CreditEntry, Invoice
+from .models import CreditEntry, Invoice, Note, Outcome
 from .rating import PeriodUsage
 
 _DIMENSIONS = list(AGGREGATES)
@@ -123,6 +123,22 @@ def invoice_with_lines(invoice_id: int) -> Invoice:
         .prefetch_related("lines", "notes")
         .get(pk=invoice_id)
     )
+
+
+def visible_invoices(tenant_id: int | None) -> QuerySet[Invoice]:
+    """Every invoice for staff (None), else the tenant's own."""
+    invoices = Invoice.objects.select_related("contract", "tenant")
+    return invoices if tenant_id is None else invoices.filter(tenant_id=tenant_id)
+
+
+def visible_credit_notes(tenant_id: int | None) -> QuerySet[Note]:
+    notes = Note.objects.filter(kind=Note.Kind.CREDIT).select_related("invoice__contract")
+    return notes if tenant_id is None else notes.filter(invoice__tenant_id=tenant_id)
+
+
+def visible_outcomes(tenant_id: int | None) -> QuerySet[Outcome]:
+    outcomes = Outcome.objects.select_related("contract", "credit_note")
+    return outcomes if tenant_id is None else outcomes.filter(contract__tenant_id=tenant_id)
 
 
 def credit_balance(contract_id: int) -> Decimal:

@@ -11,13 +11,15 @@ from collections import Counter
 from datetime import datetime, timedelta
 from decimal import Decimal
 
+from django.apps import apps
 from django.conf import settings
 from django.db import IntegrityError, transaction
 from django.utils import timezone
 
 from contracts.dimensions import Dimension
-from contracts.models import Contract
+from contracts.models import NEVER_BILLED, Contract
 from contracts.money import round_money
+from webhooks.events import publish_invoice_event
 
 from . import outcomes
 from .errors import BillingError, TermsError
@@ -55,6 +57,8 @@ def generate_invoice(
     try:
         with transaction.atomic():
             contract = Contract.objects.select_for_update().select_related("tenant").get(pk=contract_id)
+            if contract.status in NEVER_BILLED:
+                raise BillingError("contract_not_billable", f"Contract {contract.code} is {contract.status}.")
             invoice = Invoice.objects.filter(
                 contract=contract, period_start=period_start, period_end=period_end
             ).first()
@@ -217,11 +221,37 @@ def finalize_invoice(invoice: Invoice, *, now: datetime | None = None) -> Invoic
         checkpoint = latest_checkpoint()
         if checkpoint is not None:
             invoice.terms["ledger_checkpoint"] = checkpoint
+        completeness = completeness_statement(invoice)
+        if completeness is not None:
+            invoice.terms["completeness"] = completeness
         invoice.save()
+        publish_invoice_event("invoice.finalized", invoice)
         if settings.STRIPE_API_KEY and invoice.amount_due > 0:
             invoice_id = invoice.pk
             transaction.on_commit(lambda: _push_to_stripe(invoice_id), robust=True)
         return invoice
+
+
+def completeness_statement(invoice: Invoice) -> dict[str, object] | None:
+    """What the invoice states about its evidence when finalised: the records it bills, the records the
+    log holds for its contract and period, and each serving agent's open sequence gaps (None without the
+    ledger app). Kept in the invoice's terms, so the document never changes when a gap closes later."""
+    if not apps.is_installed("ledger"):
+        return None
+    from ledger.selectors import invoice_completeness  # the ledger app depends on billing, not back
+
+    report = invoice_completeness(invoice)
+    return {
+        "records": invoice.record_count,
+        "logged_records": report["logged_records"],
+        "excluded_records": report["excluded_records"],
+        "gaps": [
+            {"agent_id": agent["agent_id"], "first_seq": first, "last_seq": last}
+            for agent in report["agents"]
+            for first, last in agent["gaps"]
+        ],
+        "complete": report["complete"],
+    }
 
 
 def _push_to_stripe(invoice_id: int) -> None:
@@ -267,6 +297,7 @@ def mark_paid(invoice: Invoice, *, paid_at: datetime | None = None) -> Invoice:
         invoice.status = Invoice.Status.PAID
         invoice.paid_at = paid_at or timezone.now()
         invoice.save(update_fields=["status", "paid_at"])
+        publish_invoice_event("invoice.paid", invoice)
         return invoice
 
 

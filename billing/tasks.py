@@ -33,7 +33,8 @@ def run_invoices(month: str, progress: Any = None) -> dict[str, Any]:
     message) and the run goes on. `progress(done, total)` is called after each contract."""
     start, end = month_bounds(month)
     contracts = list(
-        Contract.objects.filter(starts_at__lt=end)
+        Contract.objects.billable()
+        .filter(starts_at__lt=end)
         .filter(Q(ends_at__isnull=True) | Q(ends_at__gt=start))
         .select_related("tenant")
         .prefetch_related("metrics")

@@ -1,15 +1,29 @@
 from django.urls import path
 
-from contracts.api import ChargeView, MetricView, TermsView
+from contracts.api import ChargeView, ContractDetailView, ContractListView, MetricView, TermsView
 
-from .api import CreditGrantView, InvoicePdfView, OutcomeDecisionView, OutcomeDeclareView, stripe_webhook
+from .api import (
+    CreditGrantView,
+    CreditNoteDetailView,
+    CreditNoteListView,
+    InvoiceListView,
+    InvoicePdfView,
+    OutcomeDecisionView,
+    OutcomeDeclareView,
+    stripe_webhook,
+)
 
 urlpatterns = [
+    path("contracts", ContractListView.as_view(), name="contract-list"),
+    path("contracts/<str:code>", ContractDetailView.as_view(), name="contract-detail"),
     path("contracts/<str:code>/charges/<str:dimension>", ChargeView.as_view(), name="contract-charge"),
     path("contracts/<str:code>/metrics/<str:metric>", MetricView.as_view(), name="contract-metric"),
     path("contracts/<str:code>/terms", TermsView.as_view(), name="contract-terms"),
     path("contracts/<str:code>/credits", CreditGrantView.as_view(), name="contract-credits"),
+    path("invoices", InvoiceListView.as_view(), name="invoice-list"),
     path("invoices/<int:pk>.pdf", InvoicePdfView.as_view(), name="invoice-pdf"),
+    path("credit-notes", CreditNoteListView.as_view(), name="credit-note-list"),
+    path("credit-notes/<int:pk>", CreditNoteDetailView.as_view(), name="credit-note-detail"),
     path("stripe/webhook", stripe_webhook, name="stripe-webhook"),
     path("outcomes", OutcomeDeclareView.as_view(), name="outcome-declare"),
     path(

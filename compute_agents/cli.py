@@ -139,6 +139,8 @@ def _settings(args: argparse.Namespace) -> Any:
         spool_max_records=args.spool_max_records,
         threads=args.threads,
         engine=args.engine,
+        quota_leases=args.quota_leases,
+        lease_block_tokens=args.lease_block_tokens,
     )
 
 
@@ -240,6 +242,12 @@ def parser() -> argparse.ArgumentParser:
     run.add_argument("--spool-max-records", type=int, default=100_000)
     run.add_argument("--threads", type=int, help="torch threads")
     run.add_argument("--engine", choices=["torch", "vllm"], default="torch", help="vllm: the optional extra")
+    run.add_argument(
+        "--quota-leases",
+        action="store_true",
+        help="take each key's quota in leases from the platform: required when several agents serve a key",
+    )
+    run.add_argument("--lease-block-tokens", type=int, default=4096, help="tokens asked for per lease")
 
     status = commands.add_parser("spool-status", help="records waiting, next seq, shipped, lag")
     status.add_argument("--data-dir", default=data_dir)

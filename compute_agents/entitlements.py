@@ -8,6 +8,10 @@ drift against the platform (NTP-style: platform time minus the midpoint of the r
 Quota: a request reserves its worst case (prompt + max_tokens) before the forward pass; the spool
 transaction that stores its record adds the tokens actually used, then the reservation is released.
 Reservation and check happen under one lock, so concurrent requests cannot overspend.
+
+``QuotaBook`` is the single-agent book: it checks the snapshot's whole quota against this agent's
+own spool, so several agents serving one key would each spend all of it. Deployments with more than
+one agent use ``compute_agents.leases.LeasedQuotaBook`` (quota leases from the platform) instead.
 """
 
 from __future__ import annotations
@@ -19,13 +23,11 @@ import time
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 import httpx
 import structlog
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey, Ed25519PublicKey
-
-from treemeter_records import key_id_for
 
 from . import protocol
 from .spool import Spool
@@ -94,15 +96,8 @@ class EntitlementStore:
 
     def refresh(self) -> None:
         """Pull, verify, install and cache a fresh snapshot; raises on any failure (the old one stays)."""
-        sent = time.time_ns()
-        headers = {
-            protocol.HEADER_AGENT: self.agent_id,
-            protocol.HEADER_KEY_ID: key_id_for(self.agent_key),
-            protocol.HEADER_TIMESTAMP: str(sent),
-            protocol.HEADER_SIGNATURE: protocol.sign_request(
-                self.agent_key, "GET", protocol.SNAPSHOT_PATH, sent
-            ),
-        }
+        headers = protocol.signed_headers(self.agent_key, self.agent_id, "GET", protocol.SNAPSHOT_PATH)
+        sent = int(headers[protocol.HEADER_TIMESTAMP])
         try:
             response = self.http.get(self.platform_url + protocol.SNAPSHOT_PATH, headers=headers)
         except httpx.HTTPError as error:
@@ -161,6 +156,15 @@ class Reservation:
     key_hash: str
     period: str
     tokens: int
+    lease: str | None = None  # the platform lease it holds tokens of (LeasedQuotaBook)
+
+
+class Quota(Protocol):
+    """What the service needs of a quota book: hold before the forward pass, release after."""
+
+    def reserve(self, entitlement: Entitlement, tokens: int, now_ns: int) -> Reservation | None: ...
+
+    def release(self, reservation: Reservation, spent: int = 0) -> None: ...
 
 
 class QuotaBook:
@@ -184,8 +188,9 @@ class QuotaBook:
             self.reserved[slot] = held + tokens
         return Reservation(entitlement.key_hash, period, tokens)
 
-    def release(self, reservation: Reservation) -> None:
-        """Called after the record (and its actual usage) is committed, or when the request failed."""
+    def release(self, reservation: Reservation, spent: int = 0) -> None:
+        """Called after the record (and its actual usage, ``spent``) is committed, or when the request
+        failed; the spool already counts the spend."""
         slot = (reservation.key_hash, reservation.period)
         with self.lock:
             left = self.reserved[slot] - reservation.tokens

@@ -3,7 +3,8 @@
 - Customer API keys are high-entropy random strings; only their SHA-256 travels and is stored.
 - An agent authenticates a request to the platform by signing
   ``REQUEST_DOMAIN + "METHOD PATH\\nTIMESTAMP_NS"``
-  with its Ed25519 key (headers below); the platform checks the key and a small time window.
+  with its Ed25519 key (headers below); the platform checks the key and a small time window. A request
+  with a body (the quota lease calls) appends ``"\n" + hex SHA-256(body)``, so the body is signed too.
 - The entitlement snapshot is signed by the platform's Ed25519 key over
   ``SNAPSHOT_DOMAIN + canonical_bytes(snapshot)``; agents verify it against the pinned platform key.
 """
@@ -13,12 +14,13 @@ from __future__ import annotations
 import base64
 import binascii
 import hashlib
+import time
 from typing import Any
 
 from cryptography.exceptions import InvalidSignature
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey, Ed25519PublicKey
 
-from treemeter_records import canonical_bytes
+from treemeter_records import canonical_bytes, key_id_for
 
 API_KEY_PREFIX = "tmk_"
 SNAPSHOT_VERSION = 1
@@ -26,6 +28,7 @@ SNAPSHOT_DOMAIN = b"treemeter-entitlements-v1\n"
 REQUEST_DOMAIN = b"treemeter-agent-request-v1\n"
 SNAPSHOT_PATH = "/v1/entitlements/snapshot"
 PLATFORM_KEY_PATH = "/v1/entitlements/platform-key"
+LEASES_PATH = "/v1/entitlements/leases"
 HEADER_AGENT = "X-Treemeter-Agent"
 HEADER_KEY_ID = "X-Treemeter-Key-Id"
 HEADER_TIMESTAMP = "X-Treemeter-Timestamp"
@@ -36,24 +39,52 @@ def api_key_hash(api_key: str) -> str:
     return hashlib.sha256(api_key.encode("utf-8")).hexdigest()
 
 
-def _request_message(method: str, path: str, timestamp_ns: int) -> bytes:
-    return REQUEST_DOMAIN + f"{method.upper()} {path}\n{timestamp_ns}".encode()
+def lease_settle_path(lease_id: str) -> str:
+    return f"{LEASES_PATH}/{lease_id}/settle"
 
 
-def sign_request(key: Ed25519PrivateKey, method: str, path: str, timestamp_ns: int) -> str:
-    return base64.b64encode(key.sign(_request_message(method, path, timestamp_ns))).decode("ascii")
+def _request_message(method: str, path: str, timestamp_ns: int, body: bytes | None) -> bytes:
+    message = f"{method.upper()} {path}\n{timestamp_ns}"
+    if body is not None:
+        message += "\n" + hashlib.sha256(body).hexdigest()
+    return REQUEST_DOMAIN + message.encode()
+
+
+def sign_request(
+    key: Ed25519PrivateKey, method: str, path: str, timestamp_ns: int, body: bytes | None = None
+) -> str:
+    return base64.b64encode(key.sign(_request_message(method, path, timestamp_ns, body))).decode("ascii")
 
 
 def verify_request(
-    public_key: Ed25519PublicKey, signature_b64: str, method: str, path: str, timestamp_ns: int
+    public_key: Ed25519PublicKey,
+    signature_b64: str,
+    method: str,
+    path: str,
+    timestamp_ns: int,
+    body: bytes | None = None,
 ) -> bool:
     try:
         public_key.verify(
-            base64.b64decode(signature_b64, validate=True), _request_message(method, path, timestamp_ns)
+            base64.b64decode(signature_b64, validate=True),
+            _request_message(method, path, timestamp_ns, body),
         )
     except (InvalidSignature, binascii.Error, ValueError):
         return False
     return True
+
+
+def signed_headers(
+    key: Ed25519PrivateKey, agent_id: str, method: str, path: str, body: bytes | None = None
+) -> dict[str, str]:
+    """The headers that authenticate an agent's request to the platform, signed now."""
+    now = time.time_ns()
+    return {
+        HEADER_AGENT: agent_id,
+        HEADER_KEY_ID: key_id_for(key),
+        HEADER_TIMESTAMP: str(now),
+        HEADER_SIGNATURE: sign_request(key, method, path, now, body),
+    }
 
 
 def sign_snapshot(key: Ed25519PrivateKey, snapshot: dict[str, Any]) -> str:

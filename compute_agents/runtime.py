@@ -12,6 +12,7 @@ from treemeter_records import IngestClient, private_key_from_seed, public_key_fr
 from . import protocol
 from .engine import Engine, TorchEngine
 from .entitlements import EntitlementStore
+from .leases import LeaseClient, LeasedQuotaBook
 from .metrics import AgentMetrics
 from .router import Rules
 from .service import AgentIdentity, AgentService
@@ -36,6 +37,10 @@ class AgentSettings:
     spool_max_records: int = 100_000
     threads: int | None = None
     engine: str = "torch"  # or "vllm" (the optional extra)
+    # Quota leases from the platform: required when several agents serve one key. Off, the agent
+    # checks each key's whole quota against its own spool (one agent per key only).
+    quota_leases: bool = False
+    lease_block_tokens: int = 4096
 
 
 @dataclass
@@ -43,13 +48,18 @@ class Agent:
     service: AgentService
     shipper: Shipper
     entitlements: EntitlementStore
+    leases: LeasedQuotaBook | None = None
 
     def start(self) -> None:
         self.entitlements.start()
         self.shipper.start()
+        if self.leases is not None:
+            self.leases.start()
 
     def stop(self) -> None:
         self.entitlements.stop()
+        if self.leases is not None:
+            self.leases.close()
         self.shipper.stop()
 
 
@@ -91,6 +101,15 @@ def build_agent(settings: AgentSettings, seed: bytes) -> Agent:
             preheat=settings.preheat,
             threads=settings.threads,
         )
+    leases = (
+        LeasedQuotaBook(
+            spool,
+            LeaseClient(settings.platform_url, settings.agent_id, key),
+            block_tokens=settings.lease_block_tokens,
+        )
+        if settings.quota_leases
+        else None
+    )
     service = AgentService(
         AgentIdentity(
             settings.agent_id, node=f"{settings.agent_id}.l3", cache_node=f"{settings.agent_id}.l2"
@@ -100,6 +119,7 @@ def build_agent(settings: AgentSettings, seed: bytes) -> Agent:
         entitlements,
         Rules.load(settings.rules_file),
         metrics,
+        leases,
     )
     shipper = Shipper(
         spool,
@@ -109,4 +129,4 @@ def build_agent(settings: AgentSettings, seed: bytes) -> Agent:
         batch_size=settings.batch_size,
         max_age_s=settings.batch_age_s,
     )
-    return Agent(service, shipper, entitlements)
+    return Agent(service, shipper, entitlements, leases)

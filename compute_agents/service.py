@@ -24,8 +24,9 @@ import structlog
 from treemeter_records import make_record
 
 from .engine import Engine, Generation, expert_counts
-from .entitlements import Entitlement, EntitlementStore, QuotaBook, Reservation
+from .entitlements import Entitlement, EntitlementStore, Quota, QuotaBook, Reservation
 from .expert_cache import ExpertIntegrityError
+from .leases import LeaseUnavailable
 from .metrics import AgentMetrics
 from .router import RequestRefused, Rules
 from .spool import QuotaCharge, Spool, SpoolFull
@@ -71,12 +72,13 @@ class AgentService:
         entitlements: EntitlementStore,
         rules: Rules,
         metrics: AgentMetrics,
+        quota: Quota | None = None,
     ) -> None:
         self.identity = identity
         self.engine = engine
         self.spool = spool
         self.entitlements = entitlements
-        self.quota = QuotaBook(spool)
+        self.quota: Quota = quota or QuotaBook(spool)  # single agent; several share leases
         self.rules = rules
         self.metrics = metrics
 
@@ -148,7 +150,15 @@ class AgentService:
             prompt, max_tokens = self._parse(trip.route, body)
             path = self.rules.path_for(entitlement.package, entitlement.sla_class)
             tokens_in = self.engine.count_tokens(prompt)
-            reservation = self.quota.reserve(entitlement, tokens_in + max_tokens, trip.start_ns)
+            try:
+                reservation = self.quota.reserve(entitlement, tokens_in + max_tokens, trip.start_ns)
+            except LeaseUnavailable:
+                raise ApiError(
+                    503,
+                    "server_error",
+                    "quota_lease_unavailable",
+                    "The agent holds no quota for this key and cannot reach the platform for more.",
+                ) from None
             if reservation is None:
                 raise ApiError(
                     429,
@@ -171,6 +181,7 @@ class AgentService:
     ) -> tuple[Generation, dict[str, Any]]:
         """L2/L3 on the engine, then the record; the quota reservation is released either way."""
         path = admitted.path
+        spent = 0
         try:
             try:
                 generation = self.engine.generate(
@@ -190,8 +201,9 @@ class AgentService:
                     500, "server_error", "engine_error", "The engine failed on this request."
                 ) from None
             record = self._record(trip, entitlement, generation, "ok", path, reservation=admitted.reservation)
+            spent = generation.tokens_in + generation.tokens_out
         finally:
-            self.quota.release(admitted.reservation)
+            self.quota.release(admitted.reservation, spent)
         return generation, record
 
     # -- helpers -----------------------------------------------------------------------------------
@@ -284,7 +296,7 @@ class AgentService:
             latency = (l1_in if index == 0 else l1_out) if layer == "L1" else hop_latency[layer]
             hops.append({"layer": layer, "node": nodes[layer], "latency_us": latency})
         charge = (
-            QuotaCharge(reservation.key_hash, reservation.period, tokens_in + tokens_out)
+            QuotaCharge(reservation.key_hash, reservation.period, tokens_in + tokens_out, reservation.lease)
             if reservation is not None
             else None
         )

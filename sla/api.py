@@ -12,10 +12,10 @@ from rest_framework.permissions import IsAdminUser, IsAuthenticated
 from rest_framework.request import Request
 from rest_framework.response import Response
 
+from accounts.access import visible_tenant_ids
 from config.errors import error_response
 from contracts.models import Contract
 
-from .access import visible_tenant_ids
 from .models import Exclusion, ServiceCredit, SlaAlert, SlaReport
 from .pdf import LANGUAGES, PdfFontMissing, render_report_pdf
 from .periods import parse_month
@@ -83,7 +83,7 @@ class ReportListView(generics.ListAPIView):
     serializer_class = ReportSummarySerializer
 
     def get_queryset(self):
-        reports = reports_for(self.request.user)
+        reports = reports_for(self.request)
         contract = self.request.query_params.get("contract")
         month = self.request.query_params.get("month")
         if month is not None:
@@ -101,7 +101,7 @@ class ReportDetailView(generics.RetrieveAPIView):
     serializer_class = ReportSerializer
 
     def get_queryset(self):
-        return reports_for(self.request.user)
+        return reports_for(self.request)
 
 
 class ReportPdfView(generics.GenericAPIView):
@@ -110,7 +110,7 @@ class ReportPdfView(generics.GenericAPIView):
     serializer_class = ReportSerializer
 
     def get_queryset(self):
-        return reports_for(self.request.user)
+        return reports_for(self.request)
 
     @extend_schema(
         parameters=[OpenApiParameter("lang", str, enum=list(LANGUAGES), default="en")],
@@ -166,7 +166,7 @@ class CreditListView(generics.ListAPIView):
 
     def get_queryset(self):
         credits = ServiceCredit.objects.select_related("contract")
-        tenant_ids = visible_tenant_ids(self.request.user)
+        tenant_ids = visible_tenant_ids(self.request)
         return credits if tenant_ids is None else credits.filter(contract__tenant_id__in=tenant_ids)
 
 
@@ -200,7 +200,7 @@ class ExclusionListView(generics.ListCreateAPIView):
 
     def get_queryset(self):
         exclusions = Exclusion.objects.select_related("contract", "declared_by")
-        tenant_ids = visible_tenant_ids(self.request.user)
+        tenant_ids = visible_tenant_ids(self.request)
         return exclusions if tenant_ids is None else exclusions.filter(contract__tenant_id__in=tenant_ids)
 
     def create(self, request: Request, *args: object, **kwargs: object) -> Response:
@@ -257,9 +257,17 @@ class AlertListView(generics.ListAPIView):
 
     def get_queryset(self):
         alerts = SlaAlert.objects.select_related("contract")
-        tenant_ids = visible_tenant_ids(self.request.user)
+        tenant_ids = visible_tenant_ids(self.request)
         if tenant_ids is not None:
             alerts = alerts.filter(contract__tenant_id__in=tenant_ids)
-        if self.request.query_params.get("open") in ("1", "true"):
-            alerts = alerts.filter(resolved_at__isnull=True)
+        only_open = self.request.query_params.get("open")
+        if only_open is not None:
+            params = AlertQuery(data={"open": only_open})
+            params.is_valid(raise_exception=True)
+            if params.validated_data["open"]:
+                alerts = alerts.filter(resolved_at__isnull=True)
         return alerts
+
+
+class AlertQuery(serializers.Serializer):
+    open = serializers.BooleanField()

@@ -10,10 +10,10 @@ from typing import Any
 
 from django.db.models import QuerySet
 
+from accounts.access import visible_tenant_ids
 from clickhouse_store import query
 from contracts.models import Contract
 
-from .access import visible_tenant_ids
 from .models import Exclusion, Objective, SlaReport
 from .sli import EXCLUDED, LATENCY_US, VALID, VALID_ALIAS, exclusion_params, indicator
 
@@ -155,8 +155,8 @@ def exclusions_of(contracts: Sequence[Contract], start: datetime, end: datetime)
     )
 
 
-def reports_for(user: Any) -> QuerySet[SlaReport]:
-    """The reports a user may read: staff see every tenant's, others only their own tenants'."""
+def reports_for(request: Any) -> QuerySet[SlaReport]:
+    """The reports a request may read: staff see every tenant's, others only their own tenant's."""
     reports = SlaReport.objects.select_related("contract", "contract__tenant", "contract__package")
-    tenant_ids = visible_tenant_ids(user)
+    tenant_ids = visible_tenant_ids(request)
     return reports if tenant_ids is None else reports.filter(contract__tenant_id__in=tenant_ids)

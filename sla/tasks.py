@@ -20,7 +20,8 @@ from .terms import policy_for
 
 def contracts_with_sla() -> QuerySet[Contract]:
     return (
-        Contract.objects.filter(Q(sla_policy__isnull=False) | Q(package__sla_policy__isnull=False))
+        Contract.objects.billable()
+        .filter(Q(sla_policy__isnull=False) | Q(package__sla_policy__isnull=False))
         .select_related("tenant", "package")
         .order_by("code")
     )

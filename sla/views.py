@@ -11,7 +11,7 @@ from .selectors import reports_for
 
 @login_required
 def report_page(request: HttpRequest, pk: int) -> HttpResponse:
-    report = reports_for(request.user).filter(pk=pk).first()
+    report = reports_for(request).filter(pk=pk).first()
     if report is None:
         raise Http404("No such SLA report.")
     return render(request, "sla/report.html", {"report": report, "chart": daily_chart(report.daily)})

@@ -17,6 +17,16 @@ import pytest
 _scratch = tempfile.mkdtemp(prefix="treemeter-tests-")
 os.environ.setdefault("TREEMETER_DATA_DIR", _scratch)
 os.environ.setdefault("CLICKHOUSE_URL", f"chdb://{_scratch}/clickhouse")
+# Under pytest-xdist (`make test` runs one worker per core) each worker opens its own chDB directory (the
+# engine allows one process per path); pytest-django gives each its own test database. pytest-django has
+# loaded the settings by now, so the setting itself is changed (no chDB connection is open yet), and the
+# environment too, for the processes tests start.
+_worker = os.environ.get("PYTEST_XDIST_WORKER")
+if _worker:
+    from django.conf import settings as _settings
+
+    _settings.CLICKHOUSE_URL = f"{_settings.CLICKHOUSE_URL}-{_worker}"
+    os.environ["CLICKHOUSE_URL"] = _settings.CLICKHOUSE_URL
 
 _migrated = False
 
@@ -27,11 +37,13 @@ def clickhouse() -> Iterator[None]:
     global _migrated
     from clickhouse_store import query
     from clickhouse_store.migrator import apply_migrations
+    from clickhouse_store.schema import ROLLUP_TABLES
 
     if not _migrated:
         apply_migrations()
         _migrated = True
-    query.command("TRUNCATE TABLE usage_records")
+    for table in ("usage_records", *ROLLUP_TABLES):  # the rollups too: no test reads another's rows
+        query.command(f"TRUNCATE TABLE {table}")
     yield
 
 

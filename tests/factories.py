@@ -11,7 +11,9 @@ from typing import Any
 import factory
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 
-from accounts.models import Tenant
+from accounts.access import Principal
+from accounts.models import Membership, Role, Tenant
+from accounts.services import issue_api_token
 from agents.models import AgentKey
 from agents.services import register_agent
 from catalog.models import ComputePackage
@@ -127,3 +129,36 @@ def signing_agent(*contracts: Contract, agent_id: str = "agent-1") -> SigningAge
         contract_codes=[c.code for c in contracts],
     )
     return SigningAgent(agent_id=agent_id, key=key, key_row=key_row)
+
+
+class UserFactory(factory.django.DjangoModelFactory):
+    class Meta:
+        model = "auth.User"
+        django_get_or_create = ("username",)
+        skip_postgeneration_save = True
+
+    username = factory.Sequence(lambda n: f"user{n}")
+    password = factory.PostGenerationMethodCall("set_password", "pw-12345")
+
+    @factory.post_generation
+    def _save(user: Any, create: bool, extracted: object, **kwargs: object) -> None:
+        if create:
+            user.save()
+
+
+class MembershipFactory(factory.django.DjangoModelFactory):
+    """A customer user of a tenant in a role (owner by default)."""
+
+    class Meta:
+        model = Membership
+
+    user = factory.SubFactory(UserFactory)
+    tenant = factory.SubFactory(TenantFactory)
+    role = Role.OWNER
+
+
+def api_token_for(tenant: Tenant, role: str = Role.OWNER) -> str:
+    """A fresh API token's secret for `tenant` in `role` (made by an owner member of that tenant)."""
+    owner = MembershipFactory.create(tenant=tenant, role=Role.OWNER)
+    principal = Principal(tenant=tenant, role=Role.OWNER, user_id=owner.user_id)
+    return issue_api_token(principal, role=role, name=f"{role} token").secret

@@ -297,6 +297,8 @@ def child_environment(
     environ["CLICKHOUSE_URL"] = f"chdb://{scratch_dir / 'clickhouse'}"
     # Each run gets its own test database, so runs sharing one PostgreSQL server never collide.
     environ["DATABASE_TEST_NAME"] = "test_" + re.sub(r"[^a-z0-9]+", "_", scratch_dir.name.lower())
+    # Tests deliver webhooks to receivers on loopback (tests/webhooks prove the refusal with it off).
+    environ["WEBHOOK_ALLOW_PRIVATE_URLS"] = "true"
     return environ
 
 

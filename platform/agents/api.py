@@ -1,5 +1,6 @@
 from __future__ import annotations
 
+from drf_spectacular.utils import extend_schema
 from rest_framework import serializers, status
 from rest_framework.permissions import IsAdminUser
 from rest_framework.request import Request
@@ -24,12 +25,18 @@ class AgentRegistrationSerializer(serializers.Serializer):
         return attrs
 
 
+class AgentRegisteredSerializer(serializers.Serializer):
+    agent_id = serializers.CharField()
+    key_id = serializers.CharField(help_text="The key's id, as agents name it in batch headers.")
+
+
 class AgentRegistrationView(APIView):
     """Platform staff register an agent key. Idempotent: the same agent and key again returns the same key."""
 
     permission_classes = [IsAdminUser]
     serializer_class = AgentRegistrationSerializer
 
+    @extend_schema(request=AgentRegistrationSerializer, responses={201: AgentRegisteredSerializer})
     def post(self, request: Request) -> Response:
         serializer = AgentRegistrationSerializer(data=request.data)
         serializer.is_valid(raise_exception=True)
@@ -41,4 +48,5 @@ class AgentRegistrationView(APIView):
             contract_codes=data["contracts"],
             host_class=data["host_class"],
         )
-        return Response({"agent_id": data["agent_id"], "key_id": key.key_id}, status=status.HTTP_201_CREATED)
+        answer = AgentRegisteredSerializer({"agent_id": data["agent_id"], "key_id": key.key_id}).data
+        return Response(answer, status=status.HTTP_201_CREATED)

@@ -1,10 +1,11 @@
 from decimal import Decimal
 
+from django.core.exceptions import ValidationError
 from django.core.validators import MinValueValidator
 from django.db import models
 
 from accounts.validators import validate_slug_code
-from contracts.money import CURRENCY_CHOICES, DEFAULT_CURRENCY, validate_currency
+from contracts.money import CURRENCY_CHOICES, DEFAULT_CURRENCY, MINOR_UNITS, round_money, validate_currency
 
 
 class ComputePackage(models.Model):
@@ -51,3 +52,86 @@ class HostCostProfile(models.Model):
 
     def __str__(self) -> str:
         return self.host_class
+
+
+class PackagePlan(models.Model):
+    """A purchasable plan of a package: currency, period, base fee, and its price templates per dimension.
+
+    Buying it (catalog.services.purchase_package) copies these terms into a new Contract. `payment`
+    picks how: Stripe Checkout (the contract waits in `pending_payment` until the session is paid;
+    the session charges the first period's base fee as prepaid credits) or an invoice (active at once).
+    """
+
+    class Payment(models.TextChoices):
+        CHECKOUT = "checkout", "Stripe Checkout"
+        INVOICE = "invoice", "Invoice"
+
+    package = models.ForeignKey(ComputePackage, on_delete=models.CASCADE, related_name="plans")
+    code = models.CharField(max_length=64, validators=[validate_slug_code])
+    name = models.CharField(max_length=200)
+    currency = models.CharField(
+        max_length=3, choices=CURRENCY_CHOICES, default=DEFAULT_CURRENCY, validators=[validate_currency]
+    )
+    period = models.CharField(max_length=16, choices=[("monthly", "Monthly")], default="monthly")
+    base_fee = models.DecimalField(
+        max_digits=20, decimal_places=2, default=Decimal(0), validators=[MinValueValidator(0)]
+    )
+    payment = models.CharField(max_length=16, choices=Payment.choices, default=Payment.INVOICE)
+    active = models.BooleanField(default=True)
+
+    class Meta:
+        ordering = ["package", "code"]
+        constraints = [
+            models.UniqueConstraint(fields=["package", "code"], name="one_plan_code_per_package"),
+            models.CheckConstraint(condition=models.Q(base_fee__gte=0), name="plan_base_fee_not_negative"),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.package.code}/{self.code}"
+
+    def clean(self) -> None:
+        if self.payment == self.Payment.CHECKOUT and not self.base_fee:
+            raise ValidationError("A Stripe Checkout plan needs a base fee to charge.")
+        if self.currency in MINOR_UNITS and round_money(self.base_fee, self.currency) != self.base_fee:
+            raise ValidationError(f"The base fee has more decimals than {self.currency} allows.")
+
+
+class PlanPrice(models.Model):
+    """A price template: copied into a ContractPrice of every contract bought on the plan."""
+
+    plan = models.ForeignKey(PackagePlan, on_delete=models.CASCADE, related_name="prices")
+    dimension = models.CharField(max_length=32, help_text="A Dimension value (contracts.dimensions).")
+    charge_model = models.CharField(max_length=16, default="per_unit")
+    unit_price = models.DecimalField(
+        max_digits=20, decimal_places=8, default=Decimal(0), validators=[MinValueValidator(0)]
+    )
+    properties = models.JSONField(default=dict, blank=True, help_text="Tiers etc. of non-per-unit models.")
+    included_quantity = models.DecimalField(
+        max_digits=24,
+        decimal_places=6,
+        default=Decimal(0),
+        validators=[MinValueValidator(0)],
+        help_text="Free each period: the quota.",
+    )
+
+    class Meta:
+        ordering = ["plan", "dimension"]
+        constraints = [
+            models.UniqueConstraint(fields=["plan", "dimension"], name="one_plan_price_per_dimension"),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.plan} {self.dimension} {self.charge_model}"
+
+    def clean(self) -> None:
+        """The admin's forms get the charge checks contracts apply (billing.terms)."""
+        from billing.errors import TermsError  # billing depends on catalog, not the other way round
+        from billing.terms import validate_charge
+
+        properties = dict(self.properties or {})
+        if self.charge_model == "per_unit":
+            properties.setdefault("unit_price", str(self.unit_price))
+        try:
+            validate_charge(self.dimension, self.charge_model, properties, set())
+        except TermsError as error:
+            raise ValidationError(f"{error.message} ({error.code})") from None

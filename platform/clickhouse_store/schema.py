@@ -16,6 +16,7 @@ the same tenant, so they land on the same shard and `FINAL` (applied per shard) 
 from __future__ import annotations
 
 import re
+from collections.abc import Callable
 
 IDENTIFIER = re.compile(r"^[a-z_][a-z0-9_]*$")
 
@@ -136,3 +137,146 @@ def migrations_table_ddl(cluster: str) -> str:
         f"CREATE TABLE IF NOT EXISTS {MIGRATIONS_TABLE}{on_cluster(cluster)}\n{columns}\n"
         f"ENGINE = {engine}\nORDER BY name"
     )
+
+
+# Rollups behind the usage dashboard (usage.selectors): AggregatingMergeTree tables fed by materialised
+# views on every insert into usage_records, and backfilled from the raw table by their migration.
+USAGE_HOURLY = "usage_hourly"
+USAGE_EXPERTS_DAILY = "usage_experts_daily"
+ROLLUP_TABLES: tuple[str, ...] = (USAGE_HOURLY, USAGE_EXPERTS_DAILY)
+LATENCY_QUANTILES = "0.5, 0.95, 0.99"
+# Backfills and rebuilds of a rollup must never be dropped as a repeat of an earlier identical insert.
+NO_INSERT_DEDUP = " SETTINGS insert_deduplicate = 0"
+
+# (column, type, expression over one usage record); summed per rollup key.
+USAGE_HOURLY_SUMS: tuple[tuple[str, str], ...] = (
+    ("requests", "1"),  # sum(1): the record count
+    ("tokens_in", "tokens_in"),
+    ("tokens_out", "tokens_out"),
+    ("cached_tokens", "prefix_cache_hit_tokens"),
+    ("expert_tokens", "expert_tokens"),
+    ("l3_us", "l3_latency_us"),
+    ("hops", "length(hops)"),
+    ("expert_cache_hits", "expert_cache_hits"),
+    ("expert_cache_misses", "expert_cache_misses"),
+)
+# (column, latency in µs of one record) whose quantile states the hourly rollup keeps.
+USAGE_HOURLY_LATENCIES: tuple[tuple[str, str], ...] = (
+    ("lat_l1", "l1_latency_us"),
+    ("lat_l2", "l2_latency_us"),
+    ("lat_l3", "l3_latency_us"),
+    ("lat_total", "toUInt64(intDiv(end_ns - start_ns, 1000))"),
+)
+
+
+def _rollup_engine(table: str, cluster: str, engine: str, layout: str) -> str:
+    """The engine clause of a rollup table, with a deduplication window.
+
+    The window matters: a retried insert into usage_records (same insert_deduplication_token) is
+    dropped there, but its materialised views still receive the block; they drop it only when their
+    own target table keeps the block ids of recent inserts (deduplicate_blocks_in_dependent_
+    materialized_views). Without a window the rollup would count the retried batch again.
+    """
+    if not cluster:
+        return f"ENGINE = {engine}\n{layout}\nSETTINGS non_replicated_deduplication_window = {DEDUP_WINDOW}"
+    path = _replicated_path(table)
+    return (
+        f"ENGINE = Replicated{engine}({path}, '{{replica}}')\n{layout}\n"
+        f"SETTINGS replicated_deduplication_window = {DEDUP_WINDOW}"
+    )
+
+
+def usage_hourly_select(source: str, where: str = "") -> str:
+    """The hourly rollup of the records in `source` (a table, or a table with FINAL), optionally
+    filtered by a WHERE condition; the dashboard computes it on the fly from raw records this way."""
+    sums = ", ".join(f"toUInt64(sum({expr})) AS {name}" for name, expr in USAGE_HOURLY_SUMS)
+    latencies = ", ".join(
+        f"quantilesState({LATENCY_QUANTILES})({expr}) AS {name}" for name, expr in USAGE_HOURLY_LATENCIES
+    )
+    return (
+        "SELECT tenant, contract, package, status, toStartOfHour(start_time) AS hour, "  # noqa: S608
+        f"{sums}, {latencies} FROM {source}{_where(where)} "
+        "GROUP BY tenant, contract, package, status, hour"
+    )
+
+
+def _where(condition: str) -> str:
+    return f" WHERE {condition}" if condition else ""
+
+
+def usage_experts_daily_select(source: str, where: str = "") -> str:
+    """Expert activations per day × layer × expert of the records in `source` (optionally filtered)."""
+    return (
+        "SELECT tenant, contract, package, toDate(start_time) AS day, e.layer AS layer, "  # noqa: S608
+        "e.expert AS expert, toUInt64(sum(e.tokens)) AS tokens, toUInt64(count()) AS activations "
+        f"FROM {source} ARRAY JOIN experts AS e{_where(where)} "
+        "GROUP BY tenant, contract, package, day, layer, expert"
+    )
+
+
+def _rollup_ddl(
+    cluster: str, table: str, columns: list[str], layout: str, select: Callable[[str], str]
+) -> list[str]:
+    """Target table (+ Distributed table on a cluster), then the view, then the backfill.
+
+    The target is emptied before the view exists, so a re-run of the migration starts over rather than
+    adding the backfill twice. Rows inserted between the view's creation and the backfill's read would
+    be counted twice: apply migrations before ingest starts (the deploy order), or run
+    `manage.py usage_rollups --rebuild` afterwards.
+    """
+    body = "(\n" + ",\n".join(f"    {column}" for column in columns) + "\n)"
+    local = f"{table}_local" if cluster else table
+    source = USAGE_RECORDS_LOCAL if cluster else USAGE_RECORDS
+    statements = [
+        f"CREATE TABLE IF NOT EXISTS {local}{on_cluster(cluster)}\n{body}\n"
+        + _rollup_engine(local, cluster, "AggregatingMergeTree", layout)
+    ]
+    if cluster:
+        statements.append(
+            f"CREATE TABLE IF NOT EXISTS {table}{on_cluster(cluster)} AS {local}\n"
+            f"ENGINE = Distributed({check_identifier(cluster)}, currentDatabase(), {local}, "
+            "cityHash64(tenant))"
+        )
+    statements += [
+        f"TRUNCATE TABLE IF EXISTS {local}{on_cluster(cluster)}",
+        f"CREATE MATERIALIZED VIEW IF NOT EXISTS {table}_mv{on_cluster(cluster)} TO {local}\n"
+        f"AS {select(source)}",
+        f"INSERT INTO {table} {select(USAGE_RECORDS + ' FINAL')}{NO_INSERT_DEDUP}",
+    ]
+    return statements
+
+
+def usage_hourly_ddl(cluster: str) -> list[str]:
+    """`usage_hourly`: per tenant, contract, package, status and UTC hour, the sums of
+    USAGE_HOURLY_SUMS and quantile states of USAGE_HOURLY_LATENCIES."""
+    columns = [
+        "tenant LowCardinality(String)",
+        "contract LowCardinality(String)",
+        "package LowCardinality(String)",
+        "status LowCardinality(String)",
+        "hour DateTime('UTC')",
+        *(f"{name} SimpleAggregateFunction(sum, UInt64)" for name, _ in USAGE_HOURLY_SUMS),
+        *(
+            f"{name} AggregateFunction(quantiles({LATENCY_QUANTILES}), UInt64)"
+            for name, _ in USAGE_HOURLY_LATENCIES
+        ),
+    ]
+    layout = "PARTITION BY toYYYYMM(hour)\nORDER BY (tenant, hour, contract, package, status)"
+    return _rollup_ddl(cluster, USAGE_HOURLY, columns, layout, usage_hourly_select)
+
+
+def usage_experts_daily_ddl(cluster: str) -> list[str]:
+    """`usage_experts_daily`: per tenant, contract, package, UTC day, layer and expert, the tokens routed
+    to the expert and the number of records that activated it."""
+    columns = [
+        "tenant LowCardinality(String)",
+        "contract LowCardinality(String)",
+        "package LowCardinality(String)",
+        "day Date",
+        "layer UInt16",
+        "expert UInt16",
+        "tokens SimpleAggregateFunction(sum, UInt64)",
+        "activations SimpleAggregateFunction(sum, UInt64)",
+    ]
+    layout = "PARTITION BY toYYYYMM(day)\nORDER BY (tenant, day, contract, package, layer, expert)"
+    return _rollup_ddl(cluster, USAGE_EXPERTS_DAILY, columns, layout, usage_experts_daily_select)

@@ -132,10 +132,19 @@ def ed25519_seed(name: str, fallback_file: Path) -> bytes:
     raw = os.environ.get(name, "").strip()
     if raw == "":
         if not fallback_file.exists():
+            # Written aside, then linked into place: processes starting together (web and worker, test
+            # workers) all end up reading the one complete key that was linked first.
             fallback_file.parent.mkdir(parents=True, exist_ok=True)
-            fd = os.open(fallback_file, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+            aside = fallback_file.with_name(f".{fallback_file.name}.{os.getpid()}")
+            fd = os.open(aside, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
             with os.fdopen(fd, "w") as handle:
                 handle.write(base64.b64encode(os.urandom(32)).decode())
+            try:
+                os.link(aside, fallback_file)
+            except FileExistsError:
+                pass
+            finally:
+                aside.unlink()
         raw = fallback_file.read_text().strip()
         name = f"{name} (from {fallback_file})"
     try:

@@ -2,12 +2,18 @@
 
 from __future__ import annotations
 
+import logging
 from typing import Any
 
-from django.http import JsonResponse
+from django.core.exceptions import PermissionDenied as DjangoPermissionDenied
+from django.core.exceptions import ValidationError as DjangoValidationError
+from django.db import DataError
+from django.http import Http404, HttpRequest, HttpResponse, JsonResponse
+from django.views import defaults
 from rest_framework import exceptions, status
 from rest_framework.response import Response
-from rest_framework.views import exception_handler
+
+logger = logging.getLogger(__name__)
 
 
 class ApiError(Exception):
@@ -29,27 +35,97 @@ def error_response(
     return JsonResponse({"code": code, "message": message, "details": details or {}}, status=http_status)
 
 
+def _body(code: str, message: str, details: Any = None) -> dict[str, Any]:
+    if details is None:
+        details = {}
+    elif not isinstance(details, dict):
+        details = {"errors": details}
+    return {"code": code, "message": message, "details": details}
+
+
+def _translated(exc: Exception) -> Exception:
+    """Django's own exceptions, and database refusals of a value, as the DRF exceptions they mean."""
+    if isinstance(exc, Http404):
+        return exceptions.NotFound()
+    if isinstance(exc, DjangoPermissionDenied):
+        return exceptions.PermissionDenied()
+    if isinstance(exc, DjangoValidationError):
+        return exceptions.ValidationError(exc.message_dict if hasattr(exc, "error_dict") else exc.messages)
+    if isinstance(exc, DataError):
+        # e.g. an id beyond bigint or a text longer than its column: the request's fault, not ours.
+        logger.info("database refused a value: %s", exc)
+        return exceptions.ValidationError({"errors": ["A value is out of range for its field."]})
+    if isinstance(exc, ValueError) and "NUL (0x00)" in str(exc):
+        # psycopg refuses a NUL character in a text parameter before PostgreSQL sees it.
+        return exceptions.ValidationError({"errors": ["Text must not contain NUL characters."]})
+    return exc
+
+
 def api_exception_handler(exc: Exception, context: dict[str, Any]) -> Response | None:
+    """DRF's handler, answering every error it knows in the standard shape; anything else stays a 500
+    (DRF re-raises it, so it is logged with its traceback)."""
+    # Imported here: rest_framework.views loads the DRF settings, whose classes import ApiError.
+    from rest_framework.views import exception_handler
+
     if isinstance(exc, ApiError):
-        return Response(
-            {"code": exc.code, "message": exc.message, "details": exc.details}, status=exc.http_status
-        )
+        return Response(_body(exc.code, exc.message, exc.details), status=exc.http_status)
+    exc = _translated(exc)
     response = exception_handler(exc, context)
-    if response is None:
-        return None
+    if response is None or not isinstance(exc, exceptions.APIException):
+        return response
     if isinstance(exc, exceptions.ValidationError):
-        body = {
-            "code": "invalid_request",
-            "message": "The request has invalid fields.",
-            "details": response.data,
-        }
-        return Response(body, status=status.HTTP_400_BAD_REQUEST)
-    if isinstance(exc, exceptions.APIException):
-        detail = exc.detail if isinstance(exc.detail, str) else str(exc.detail)
-        body = {
-            "code": exc.get_codes() if isinstance(exc.get_codes(), str) else exc.default_code,
-            "message": detail,
-            "details": {},
-        }
-        response.data = body
+        response.data = _body("invalid_request", "The request has invalid fields.", response.data)
+        response.status_code = status.HTTP_400_BAD_REQUEST
+        return response
+    codes = exc.get_codes()
+    detail = exc.detail if isinstance(exc.detail, str) else str(exc.detail)
+    details: dict[str, Any] = {}
+    wait = getattr(exc, "wait", None) if isinstance(exc, exceptions.Throttled) else None
+    if wait is not None:
+        details["retry_after_seconds"] = int(wait)
+    response.data = _body(codes if isinstance(codes, str) else exc.default_code, detail, details)
     return response
+
+
+ERROR_SCHEMA = {
+    "type": "object",
+    "description": "Every error answer: a stable machine-readable code, a message, and details.",
+    "properties": {
+        "code": {"type": "string", "example": "invalid_request"},
+        "message": {"type": "string"},
+        "details": {"type": "object", "additionalProperties": True},
+    },
+    "required": ["code", "message", "details"],
+}
+
+
+def document_error_responses(result: dict[str, Any], **_: Any) -> dict[str, Any]:
+    """drf-spectacular postprocessing hook: every operation may answer an Error (4xx, and 503 for a
+    missing dependency) as its `default` response, so clients and schemathesis know the error shape."""
+    result.setdefault("components", {}).setdefault("schemas", {})["Error"] = ERROR_SCHEMA
+    for methods in result.get("paths", {}).values():
+        for operation in methods.values():
+            if not isinstance(operation, dict) or "responses" not in operation:
+                continue
+            operation["responses"].setdefault(
+                "default",
+                {
+                    "description": "An error: {code, message, details}.",
+                    "content": {"application/json": {"schema": {"$ref": "#/components/schemas/Error"}}},
+                },
+            )
+    return result
+
+
+def not_found(request: HttpRequest, exception: Exception | None = None) -> HttpResponse:
+    """handler404: an API path that matches no route answers the standard JSON error, pages Django's."""
+    if request.path.startswith("/v1/"):
+        return error_response(404, "not_found", "No such resource.", {"path": request.path})
+    return defaults.page_not_found(request, exception or Http404())
+
+
+def server_error(request: HttpRequest) -> HttpResponse:
+    """handler500: API clients get the standard JSON error (the traceback is logged), pages Django's."""
+    if request.path.startswith("/v1/"):
+        return error_response(500, "server_error", "An internal error occurred; it has been logged.")
+    return defaults.server_error(request)

@@ -20,6 +20,7 @@ INSTALLED_APPS = [
     "django.contrib.staticfiles",
     "rest_framework",
     "drf_spectacular",
+    "drf_spectacular_sidecar",
     "accounts",
     "catalog",
     "contracts",
@@ -32,16 +33,25 @@ INSTALLED_APPS = [
     "entitlements",
     "ledger",
     "webhooks",
+    "idempotency",
+    "usage",
+    "frontend",
+    "finance",
+    "django_htmx",
 ]
 
 MIDDLEWARE = [
     "django.middleware.security.SecurityMiddleware",
+    "whitenoise.middleware.WhiteNoiseMiddleware",
     "django.contrib.sessions.middleware.SessionMiddleware",
+    "django.middleware.locale.LocaleMiddleware",
     "django.middleware.common.CommonMiddleware",
     "django.middleware.csrf.CsrfViewMiddleware",
     "django.contrib.auth.middleware.AuthenticationMiddleware",
+    "idempotency.middleware.IdempotencyMiddleware",
     "django.contrib.messages.middleware.MessageMiddleware",
     "django.middleware.clickjacking.XFrameOptionsMiddleware",
+    "django_htmx.middleware.HtmxMiddleware",
 ]
 
 ROOT_URLCONF = "config.urls"
@@ -81,17 +91,31 @@ DATABASES = {
         **_connection,
         # The test runner's database; tools.testenv names one per run so parallel runs never collide.
         "TEST": {"NAME": env.text("DATABASE_TEST_NAME", "") or None},
+        # Keep connections across requests (checked before reuse) instead of one new one per request.
+        "CONN_MAX_AGE": env.integer("DB_CONN_MAX_AGE", 60, minimum=0),
+        "CONN_HEALTH_CHECKS": True,
     }
 }
 DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
 
 LANGUAGE_CODE = "en"
+# The portal speaks Simplified Chinese and English (Django i18n; catalogues in each app's locale/).
+LANGUAGES = [("zh-hans", "简体中文"), ("en", "English")]
+FORMAT_MODULE_PATH = ["frontend.formats"]
+LOGIN_URL = "portal-login"
+LOGIN_REDIRECT_URL = "portal-home"
 TIME_ZONE = "UTC"
 USE_I18N = True
 USE_TZ = True
 
 STATIC_URL = "static/"
 STATIC_ROOT = DATA_DIR / "static"
+# ECharts comes from the npm registry at build time (`make install` runs `npm ci` in frontend/).
+_ECHARTS = BASE_DIR / "frontend" / "node_modules" / "echarts" / "dist"
+STATICFILES_DIRS = [("vendor/echarts", _ECHARTS)] if _ECHARTS.is_dir() else []
+# WhiteNoise serves static files from the app (no reverse proxy needed); from the finders as well, so
+# `make run` and tests serve them without a collectstatic step.
+WHITENOISE_USE_FINDERS = True
 
 # ClickHouse: chdb:///<path> (in-process engine, one process per path) or http(s)://… (a server).
 CLICKHOUSE_URL = env.clickhouse_url()
@@ -114,11 +138,17 @@ PLATFORM_SIGNING_KEY = env.ed25519_seed("TREEMETER_SIGNING_KEY", DATA_DIR / "pla
 # The verifiable log: checkpoint origin line (and signing key name), and how often beat publishes one.
 LEDGER_ORIGIN = env.text("LEDGER_ORIGIN", "treemeter.local/ledger")
 LEDGER_CHECKPOINT_MINUTES = env.integer("LEDGER_CHECKPOINT_MINUTES", 10, minimum=1)
+LEDGER_AUDIT_WINDOW_HOURS = env.integer("LEDGER_AUDIT_WINDOW_HOURS", 48, minimum=1)
 CELERY_BEAT_SCHEDULE = {
     "ledger-checkpoint": {"task": "ledger.publish_checkpoint", "schedule": LEDGER_CHECKPOINT_MINUTES * 60.0},
     # SLA: burn-rate alerts every minute; close the previous SLA month (reports, credits) hourly.
     "sla-burn-rates": {"task": "sla.evaluate_burn_rates", "schedule": 60.0},
     "sla-close-periods": {"task": "sla.close_due_periods", "schedule": 3600.0},
+    "idempotency-purge": {"task": "idempotency.purge_expired", "schedule": 3600.0},
+    # quota.exhausted webhook events for contracts' included quantities.
+    "contracts-quota-watch": {"task": "contracts.publish_exhausted_quotas", "schedule": 300.0},
+    # The store audit: records in ClickHouse against the log (ledger.audit), hourly over a sliding window.
+    "ledger-audit-store": {"task": "ledger.audit_store", "schedule": 3600.0},
 }
 
 # Ingest limits.
@@ -131,24 +161,66 @@ DATA_UPLOAD_MAX_MEMORY_SIZE = INGEST_MAX_BATCH_BYTES + 1024
 STRIPE_API_KEY = env.text("STRIPE_API_KEY", "")
 STRIPE_WEBHOOK_SECRET = env.text("STRIPE_WEBHOOK_SECRET", "")
 STRIPE_API_BASE = env.text("STRIPE_API_BASE", "https://api.stripe.com")
+# Where Stripe Checkout sends the buyer back after paying for a package (the portal's contracts page).
+CHECKOUT_RETURN_URL = env.text("CHECKOUT_RETURN_URL", "http://127.0.0.1:8000/contracts")
 
 # Outgoing webhooks (webhooks app): tries per delivery, backoff base (doubles per try), HTTP timeout.
 WEBHOOK_MAX_ATTEMPTS = env.integer("WEBHOOK_MAX_ATTEMPTS", 6, minimum=1)
 WEBHOOK_RETRY_BASE_SECONDS = env.integer("WEBHOOK_RETRY_BASE_SECONDS", 30, minimum=0)
 WEBHOOK_TIMEOUT_SECONDS = env.integer("WEBHOOK_TIMEOUT_SECONDS", 10, minimum=1)
+# Off: endpoints must resolve to public addresses (no SSRF into private networks). On for local receivers.
+WEBHOOK_ALLOW_PRIVATE_URLS = env.boolean("WEBHOOK_ALLOW_PRIVATE_URLS", False)
 
+# Programs send `Authorization: Bearer tmt_…` (accounts.ApiToken); the portal uses the session.
+# Reads: any member of the tenant; writes: the view's `write_roles` (accounts.permissions).
 REST_FRAMEWORK = {
     "DEFAULT_SCHEMA_CLASS": "drf_spectacular.openapi.AutoSchema",
     "DEFAULT_AUTHENTICATION_CLASSES": [
+        "accounts.authentication.ApiTokenAuthentication",
         "rest_framework.authentication.SessionAuthentication",
     ],
-    "DEFAULT_PERMISSION_CLASSES": ["rest_framework.permissions.IsAuthenticated"],
+    "DEFAULT_PERMISSION_CLASSES": [
+        "rest_framework.permissions.IsAuthenticated",
+        "accounts.permissions.TenantRolePermission",
+    ],
+    "DEFAULT_PARSER_CLASSES": ["rest_framework.parsers.JSONParser"],
+    "DEFAULT_PAGINATION_CLASS": "config.pagination.CursorPage",
+    "PAGE_SIZE": 50,
+    "DEFAULT_THROTTLE_CLASSES": [
+        "rest_framework.throttling.AnonRateThrottle",
+        "rest_framework.throttling.UserRateThrottle",
+    ],
+    "DEFAULT_THROTTLE_RATES": {
+        "anon": env.text("API_RATE_ANON", "120/min"),
+        "user": env.text("API_RATE_USER", "1200/min"),
+    },
     "EXCEPTION_HANDLER": "config.errors.api_exception_handler",
 }
+# Throttle counters live in the cache: Redis when CACHE_URL names one, else this process's memory.
+_cache_url = env.text("CACHE_URL", "")
+CACHES = {
+    "default": (
+        {"BACKEND": "django.core.cache.backends.redis.RedisCache", "LOCATION": _cache_url}
+        if _cache_url
+        else {"BACKEND": "django.core.cache.backends.locmem.LocMemCache"}
+    )
+}
+IDEMPOTENCY_KEY_TTL_HOURS = env.integer("IDEMPOTENCY_KEY_TTL_HOURS", 24, minimum=1)
 SPECTACULAR_SETTINGS = {
     "TITLE": "Treemeter API",
     "VERSION": "1",
     "DESCRIPTION": "Metering, billing and SLA contracts for MoE inference.",
+    "SWAGGER_UI_DIST": "SIDECAR",
+    "SWAGGER_UI_FAVICON_HREF": "SIDECAR",
+    "REDOC_DIST": "SIDECAR",
+    "POSTPROCESSING_HOOKS": [
+        "drf_spectacular.hooks.postprocess_schema_enums",
+        "config.errors.document_error_responses",
+    ],
+    "ENUM_NAME_OVERRIDES": {
+        "InvoiceStatusEnum": "billing.models.Invoice.Status",
+        "SlaReportStatusEnum": "sla.models.SlaReport.Status",
+    },
 }
 
 LOGGING = {

@@ -4,8 +4,14 @@ from drf_spectacular.views import SpectacularAPIView, SpectacularSwaggerView
 
 from agents.api import AgentRegistrationView
 from billing.api import InvoiceDetailView
+from entitlements import api as entitlements_api
+from entitlements import lease_views
 from entitlements import views as entitlements_views
 from ingest.views import ingest_batches
+
+# /v1/… answers errors as JSON {code, message, details} even for URLs no route matches.
+handler404 = "config.errors.not_found"
+handler500 = "config.errors.server_error"
 
 urlpatterns = [
     path("admin/", admin.site.urls),
@@ -14,6 +20,12 @@ urlpatterns = [
     path("v1/invoices/<int:pk>", InvoiceDetailView.as_view(), name="invoice-detail"),
     path("v1/", include("billing.urls")),
     path("v1/entitlements/snapshot", entitlements_views.snapshot, name="entitlements-snapshot"),
+    path("v1/entitlements/leases", lease_views.grant, name="entitlements-lease-grant"),
+    path(
+        "v1/entitlements/leases/<uuid:lease_id>/settle",
+        lease_views.settle,
+        name="entitlements-lease-settle",
+    ),
     path("v1/entitlements/platform-key", entitlements_views.platform_key, name="entitlements-platform-key"),
     path("v1/api-keys", entitlements_views.ApiKeyIssueView.as_view(), name="api-key-issue"),
     path(
@@ -21,8 +33,17 @@ urlpatterns = [
         entitlements_views.ApiKeyRevokeView.as_view(),
         name="api-key-revoke",
     ),
+    path("v1/keys", entitlements_api.ApiKeyListView.as_view(), name="key-list"),
+    path("v1/keys/<str:prefix>/revoke", entitlements_api.ApiKeyRevokeView.as_view(), name="key-revoke"),
     path("v1/ledger/", include("ledger.urls")),
+    path("v1/", include("accounts.urls")),
+    path("v1/", include("catalog.urls")),
+    path("v1/", include("webhooks.urls")),
+    path("v1/usage/", include("usage.urls")),
+    path("i18n/", include("django.conf.urls.i18n")),
+    path("finance/", include("finance.urls")),
     path("", include("sla.urls")),
     path("v1/schema", SpectacularAPIView.as_view(), name="schema"),
     path("v1/docs", SpectacularSwaggerView.as_view(url_name="schema"), name="docs"),
+    path("", include("frontend.urls")),
 ]

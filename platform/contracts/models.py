@@ -1,3 +1,5 @@
+from __future__ import annotations
+
 from decimal import Decimal
 
 from django.core.exceptions import ValidationError
@@ -6,11 +8,17 @@ from django.db import models
 
 from accounts.models import Tenant
 from accounts.validators import validate_slug_code
-from catalog.models import ComputePackage
+from catalog.models import ComputePackage, PackagePlan
 
 from .money import CURRENCY_CHOICES, DEFAULT_CURRENCY, validate_currency
 
 ZERO = Decimal(0)
+
+
+class ContractQuerySet(models.QuerySet["Contract"]):
+    def billable(self) -> ContractQuerySet:
+        """Contracts that may be invoiced: not one waiting for its Checkout payment, nor one never paid."""
+        return self.exclude(status__in=NEVER_BILLED)
 
 
 class Contract(models.Model):
@@ -26,8 +34,10 @@ class Contract(models.Model):
         MONTHLY = "monthly", "Monthly"
 
     class Status(models.TextChoices):
+        PENDING_PAYMENT = "pending_payment", "Waiting for payment (not served, not billed)"
         ACTIVE = "active", "Active"
         ENDED = "ended", "Ended"
+        CANCELLED = "cancelled", "Never paid (never served, never billed)"
 
     class FeeTiming(models.TextChoices):
         ADVANCE = "advance", "In advance (the coming period)"
@@ -40,6 +50,17 @@ class Contract(models.Model):
     code = models.CharField(max_length=64, unique=True, validators=[validate_slug_code])
     tenant = models.ForeignKey(Tenant, on_delete=models.PROTECT, related_name="contracts")
     package = models.ForeignKey(ComputePackage, on_delete=models.PROTECT, related_name="contracts")
+    plan = models.ForeignKey(
+        PackagePlan,
+        on_delete=models.PROTECT,
+        null=True,
+        blank=True,
+        related_name="contracts",
+        help_text="The catalogue plan it was bought on; empty for contracts written by staff.",
+    )
+    checkout_session_id = models.CharField(
+        max_length=255, blank=True, db_index=True, help_text="The Stripe Checkout Session that pays it."
+    )
     currency = models.CharField(
         max_length=3, choices=CURRENCY_CHOICES, default=DEFAULT_CURRENCY, validators=[validate_currency]
     )
@@ -97,6 +118,8 @@ class Contract(models.Model):
         help_text='Line kinds credits may pay, in order, e.g. ["usage", "base_fee"]; empty: all.',
     )
 
+    objects = ContractQuerySet.as_manager()
+
     class Meta:
         ordering = ["code"]
         constraints = [
@@ -125,6 +148,9 @@ class ContractMetric(models.Model):
 
     def __str__(self) -> str:
         return f"{self.contract.code} {self.code} = {self.expression}"
+
+
+NEVER_BILLED = (Contract.Status.PENDING_PAYMENT, Contract.Status.CANCELLED)
 
 
 class ContractPrice(models.Model):

@@ -1,18 +1,24 @@
-"""Writes for contract terms. Validation errors are billing.errors.TermsError (HTTP 400, stable codes)."""
+"""Writes for contract terms (validation errors are billing.errors.TermsError: HTTP 400, stable codes),
+and the quota watch that publishes `quota.exhausted`."""
 
 from __future__ import annotations
 
+from datetime import datetime
 from decimal import Decimal, InvalidOperation
 from typing import Any
 
 from django.db import transaction
+from django.utils import timezone
 
 from billing.errors import TermsError
 from billing.expressions import compile_metric
+from billing.periods import month_of
 from billing.terms import validate_charge
+from webhooks.events import publish_quota_exhausted
 
 from .dimensions import Dimension
 from .models import Contract, ContractMetric, ContractPrice
+from .selectors import current_usage
 
 
 def check_currency(contract: Contract, currency: str | None) -> None:
@@ -166,3 +172,27 @@ def _term_value(name: str, kind: Any, value: Any) -> Any:
             "invalid_term", f"{name!r} is one of {', '.join(kind)}, not {value!r}.", {"term": name}
         )
     return value
+
+
+def publish_exhausted_quotas(now: datetime | None = None) -> int:
+    """Publish `quota.exhausted` for every served contract and dimension whose usage this month has
+    reached its included quantity; once per contract, dimension and month (the event id). Returns how
+    many dimensions are exhausted. Run every few minutes by the `contracts.publish_exhausted_quotas` task."""
+    now = now or timezone.now()
+    contracts = list(
+        Contract.objects.filter(status=Contract.Status.ACTIVE, prices__included_quantity__gt=0)
+        .distinct()
+        .select_related("tenant")
+        .prefetch_related("prices", "metrics")
+    )
+    usage = current_usage(contracts, now)
+    month = month_of(now)
+    exhausted = 0
+    for contract in contracts:
+        quantities = usage[contract.code].quantities
+        for price in contract.prices.all():
+            used = quantities.get(price.dimension)
+            if price.included_quantity > 0 and used is not None and used >= price.included_quantity:
+                publish_quota_exhausted(contract, price.dimension, price.included_quantity, used, month)
+                exhausted += 1
+    return exhausted

@@ -41,6 +41,7 @@ def start_agent(data_dir: Path, agent_id: str, seed: bytes, platform_url: str, h
         cache_capacity=8,
         batch_size=50,
         batch_age_s=0.5,
+        quota_leases=True,  # keys with a token quota take it in leases from the platform (docs/agent.md)
     )
     agent = build_agent(settings, seed)
     agent.start()

@@ -1,9 +1,11 @@
-"""Reads for entitlements: the snapshot an agent serves from."""
+"""Reads for entitlements: a tenant's API keys, and the snapshot an agent serves from."""
 
 from __future__ import annotations
 
 import time
 from typing import Any
+
+from django.db.models import QuerySet
 
 from agents.models import AgentKey
 from agents.selectors import agent_scope
@@ -21,6 +23,12 @@ def _status(api_key: ApiKey) -> str:
     if api_key.contract.status != Contract.Status.ACTIVE:
         return "contract_inactive"
     return "active"
+
+
+def visible_api_keys(tenant_id: int | None) -> QuerySet[ApiKey]:
+    """Every key for staff (None), else the tenant's own."""
+    keys = ApiKey.objects.select_related("tenant", "contract")
+    return keys if tenant_id is None else keys.filter(tenant_id=tenant_id)
 
 
 def entitlement_snapshot(agent_key: AgentKey) -> dict[str, Any]:

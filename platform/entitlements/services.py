@@ -8,6 +8,7 @@ from dataclasses import dataclass
 from django.db import transaction
 from django.utils import timezone
 
+from accounts.access import Principal
 from accounts.validators import validate_slug_code
 from compute_agents.protocol import API_KEY_PREFIX, api_key_hash
 from config.errors import ApiError
@@ -21,6 +22,10 @@ class EntitlementError(ApiError, ValueError):
 
 
 class UnknownApiKey(EntitlementError):
+    http_status = 404
+
+
+class UnknownContract(EntitlementError):
     http_status = 404
 
 
@@ -59,9 +64,32 @@ def issue_api_key(
     return IssuedKey(api_key, secret)
 
 
-def revoke_api_key(prefix: str) -> ApiKey:
-    """Revoke a key: agents refuse it (403) from their next snapshot. Revoking twice keeps the first time."""
-    api_key = ApiKey.objects.filter(prefix=prefix).first()
+def issue_tenant_api_key(
+    principal: Principal,
+    *,
+    contract_code: str,
+    sla_class: str = "standard",
+    quota_tokens: int | None = None,
+    name: str = "",
+) -> IssuedKey:
+    """A key for one of the principal's own contracts (staff: any); another tenant's contract is 404."""
+    contracts = Contract.objects.filter(code=contract_code)
+    if principal.tenant_id is not None:
+        contracts = contracts.filter(tenant_id=principal.tenant_id)
+    if not contracts.exists():
+        raise UnknownContract(
+            "contract_not_found", f"No contract {contract_code!r}.", {"contract": contract_code}
+        )
+    return issue_api_key(
+        contract_code=contract_code, sla_class=sla_class, quota_tokens=quota_tokens, name=name
+    )
+
+
+def revoke_api_key(prefix: str, *, tenant_id: int | None = None) -> ApiKey:
+    """Revoke a key: agents refuse it (403) from their next snapshot. Revoking twice keeps the first time.
+    `tenant_id`: only that tenant's keys (another tenant's is unknown); None: any (staff)."""
+    keys = ApiKey.objects.filter(prefix=prefix)
+    api_key = (keys if tenant_id is None else keys.filter(tenant_id=tenant_id)).first()
     if api_key is None:
         raise UnknownApiKey("unknown_api_key", f"No API key starts with {prefix!r}.")
     if api_key.revoked_at is None:

@@ -7,6 +7,7 @@ import time
 from django.conf import settings
 from django.http import HttpRequest, JsonResponse
 from django.views.decorators.http import require_GET
+from drf_spectacular.utils import extend_schema
 from rest_framework import serializers, status
 from rest_framework.permissions import IsAdminUser
 from rest_framework.request import Request
@@ -73,12 +74,24 @@ class ApiKeyIssueSerializer(serializers.Serializer):
     name = serializers.CharField(max_length=200, default="", allow_blank=True)
 
 
+class ApiKeyIssuedSerializer(serializers.Serializer):
+    api_key = serializers.CharField(help_text="The key in clear: shown in this answer only.")
+    prefix = serializers.CharField()
+    contract = serializers.CharField()
+
+
+class ApiKeyRevokedSerializer(serializers.Serializer):
+    prefix = serializers.CharField()
+    revoked_at = serializers.DateTimeField()
+
+
 class ApiKeyIssueView(APIView):
     """Platform staff issue a customer API key; the key is in this answer only."""
 
     permission_classes = [IsAdminUser]
     serializer_class = ApiKeyIssueSerializer
 
+    @extend_schema(request=ApiKeyIssueSerializer, responses={201: ApiKeyIssuedSerializer})
     def post(self, request: Request) -> Response:
         serializer = ApiKeyIssueSerializer(data=request.data)
         serializer.is_valid(raise_exception=True)
@@ -89,15 +102,14 @@ class ApiKeyIssueView(APIView):
             quota_tokens=data["quota_tokens"],
             name=data["name"],
         )
-        return Response(
-            {"api_key": issued.secret, "prefix": issued.api_key.prefix, "contract": data["contract"]},
-            status=status.HTTP_201_CREATED,
-        )
+        answer = {"api_key": issued.secret, "prefix": issued.api_key.prefix, "contract": data["contract"]}
+        return Response(ApiKeyIssuedSerializer(answer).data, status=status.HTTP_201_CREATED)
 
 
 class ApiKeyRevokeView(APIView):
     permission_classes = [IsAdminUser]
 
+    @extend_schema(request=None, responses={200: ApiKeyRevokedSerializer})
     def post(self, request: Request, prefix: str) -> Response:
         api_key = revoke_api_key(prefix)
-        return Response({"prefix": api_key.prefix, "revoked_at": api_key.revoked_at})
+        return Response(ApiKeyRevokedSerializer(api_key).data)

@@ -1,33 +1,40 @@
 """/v1/ledger/...: checkpoints, proofs, invoice exports, completeness. Thin: logic is in selectors/services.
 
-Tenant isolation: staff see everything; any other user acts for the tenant of its TenantMembership and
+Tenant isolation: staff see everything; any other caller acts for its tenant (accounts.access) and
 gets 404 for records and invoices of other tenants. Checkpoints and consistency proofs are global (they
 hold only hashes), so every signed-in user may read them.
+
+The serializers below document and shape the answers: the selectors build plain dicts, and each view
+passes them through its serializer, so the OpenAPI schema is the answer's real shape.
 """
 
 from __future__ import annotations
 
-import uuid
 from collections.abc import Callable
 from datetime import UTC, datetime, timedelta
-from decimal import Decimal, InvalidOperation
 from functools import wraps
 from typing import Any
 
+from django.db.models import QuerySet
 from django.http import HttpResponse, JsonResponse
 from django.utils.dateparse import parse_datetime
-from drf_spectacular.utils import extend_schema
+from drf_spectacular.types import OpenApiTypes
+from drf_spectacular.utils import OpenApiParameter, extend_schema
+from rest_framework import generics, serializers
 from rest_framework.permissions import IsAdminUser, IsAuthenticated
 from rest_framework.request import Request
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
+from accounts.access import WRITE_BILLING, principal_of
 from config.errors import error_response
 
 from . import selectors
-from .models import Checkpoint, LedgerEvent
+from .models import Checkpoint, Dispute, LedgerEvent
 from .services import CheckpointRefused, open_dispute, publish_checkpoint, resolve_dispute
 from .store import Window
+
+MAX_ID = 2**63 - 1  # PostgreSQL bigint
 
 
 def _answers_errors(view: Callable[..., Any]) -> Callable[..., Any]:
@@ -43,162 +50,334 @@ def _answers_errors(view: Callable[..., Any]) -> Callable[..., Any]:
     return wrapped
 
 
-def _int_param(request: Request, name: str, default: int | None = None) -> int | None:
-    raw = request.query_params.get(name)
-    if raw is None:
-        return default
-    if not raw.isdigit():
-        raise selectors.LedgerLookupError(400, "invalid_request", f"{name} must be a non-negative integer.")
-    return int(raw)
+def _query(serializer_class: type[serializers.Serializer], request: Request) -> dict[str, Any]:
+    """Validated query parameters (400 invalid_request with the fields otherwise). A plain dict, not the
+    QueryDict: DRF reads an empty value in form data as "not given", so `?size=` would pass unseen."""
+    params = serializer_class(data=request.query_params.dict())
+    params.is_valid(raise_exception=True)
+    return dict(params.validated_data)
 
 
-def _time_param(request: Request, name: str) -> datetime:
-    value = parse_datetime(request.query_params.get(name) or "")
-    if value is None or value.tzinfo is None:
-        raise selectors.LedgerLookupError(
-            400, "invalid_request", f"{name} must be an ISO 8601 time with zone."
-        )
-    return value
+class AwareDateTimeField(serializers.DateTimeField):
+    """ISO 8601 with an explicit offset: a bare local time would be ambiguous."""
+
+    def to_internal_value(self, value: Any) -> datetime:
+        parsed = parse_datetime(value) if isinstance(value, str) else None
+        if parsed is None or parsed.tzinfo is None:
+            self.fail("invalid", format="ISO 8601 with an offset, e.g. 2026-11-20T10:00:00Z")
+        return super().to_internal_value(value)
 
 
-def _object(request: Request) -> dict[str, Any]:
-    if not isinstance(request.data, dict):
-        raise selectors.LedgerLookupError(400, "invalid_request", "Send a JSON object.")
-    return request.data
+# --- answers -----------------------------------------------------------------------------------------
 
 
-class CheckpointListView(APIView):
+class CheckpointSerializer(serializers.Serializer):
+    size = serializers.IntegerField(help_text="Tree size: the number of logged records it covers.")
+    root_hash = serializers.CharField(help_text="Base64 of the RFC 6962 root hash.")
+    note = serializers.CharField(help_text="The signed checkpoint note (C2SP signed-note format).")
+    reason = serializers.ChoiceField(choices=Checkpoint.Reason.choices)
+    created_at = serializers.DateTimeField()
+
+
+class InclusionProofSerializer(serializers.Serializer):
+    record_id = serializers.UUIDField()
+    leaf_index = serializers.IntegerField()
+    leaf_hash = serializers.CharField(help_text="Base64.")
+    tree_size = serializers.IntegerField()
+    proof = serializers.ListField(child=serializers.CharField(), help_text="Base64 hashes, leaf to root.")
+    checkpoint = serializers.CharField(help_text="The signed note of the checkpoint proved against.")
+
+
+class ConsistencyProofSerializer(serializers.Serializer):
+    from_size = serializers.IntegerField()
+    to_size = serializers.IntegerField()
+    proof = serializers.ListField(child=serializers.CharField(), help_text="Base64 hashes.")
+    from_checkpoint = serializers.CharField()
+    to_checkpoint = serializers.CharField()
+
+
+def _seq_ranges(help_text: str) -> serializers.ListField:
+    """[[first, last], ...] inclusive seq ranges."""
+    pair = serializers.ListField(child=serializers.IntegerField(), min_length=2, max_length=2)
+    return serializers.ListField(child=pair, help_text=help_text)
+
+
+class AgentCompletenessSerializer(serializers.Serializer):
+    agent_id = serializers.CharField()
+    batches = serializers.IntegerField()
+    first_seq = serializers.IntegerField(required=False)
+    last_seq = serializers.IntegerField(required=False)
+    ranges = _seq_ranges("[first, last] seq ranges received.")
+    gaps = _seq_ranges("[first, last] seq ranges still missing.")
+    missing = serializers.IntegerField(required=False)
+    complete = serializers.BooleanField()
+
+
+class InvoiceAgentSerializer(serializers.Serializer):
+    agent_id = serializers.CharField()
+    records = serializers.IntegerField()
+    first_seq = serializers.IntegerField()
+    last_seq = serializers.IntegerField()
+    gaps = _seq_ranges("[first, last] seq ranges still missing.")
+    missing = serializers.IntegerField()
+
+
+class InvoiceCompletenessSerializer(serializers.Serializer):
+    invoice = serializers.IntegerField()
+    contract = serializers.CharField()
+    period_start = serializers.DateTimeField()
+    period_end = serializers.DateTimeField()
+    invoice_record_count = serializers.IntegerField()
+    logged_records = serializers.IntegerField()
+    excluded_records = serializers.IntegerField()
+    agents = InvoiceAgentSerializer(many=True)
+    complete = serializers.BooleanField()
+
+
+class LedgerEventSerializer(serializers.ModelSerializer):
+    class Meta:
+        model = LedgerEvent
+        fields = ["id", "kind", "payload", "created_at", "delivered_at"]
+
+
+class DisputeEventSerializer(serializers.Serializer):
+    action = serializers.CharField()
+    actor = serializers.CharField(allow_null=True, help_text="User name; null for the platform.")
+    at = serializers.DateTimeField()
+    detail = serializers.JSONField()
+
+
+class DisputeSerializer(serializers.Serializer):
+    id = serializers.IntegerField()
+    invoice = serializers.IntegerField()
+    line = serializers.IntegerField()
+    tenant = serializers.CharField()
+    reason = serializers.CharField()
+    status = serializers.ChoiceField(choices=Dispute.Status.choices)
+    credited = serializers.DecimalField(max_digits=20, decimal_places=2)
+    evidence = serializers.JSONField(
+        help_text="Checkpoint, record digest, batches and gaps (docs/ledger.md)."
+    )
+    history = DisputeEventSerializer(many=True)
+
+
+# --- requests ----------------------------------------------------------------------------------------
+
+
+class InclusionQuery(serializers.Serializer):
+    size = serializers.IntegerField(
+        min_value=0, max_value=MAX_ID, required=False, help_text="Tree size (default: the latest)."
+    )
+
+
+class ConsistencyQuery(serializers.Serializer):
+    from_ = serializers.IntegerField(min_value=0, max_value=MAX_ID, help_text="The older tree size.")
+    to = serializers.IntegerField(min_value=0, max_value=MAX_ID, help_text="The newer tree size.")
+
+    def get_fields(self) -> dict[str, serializers.Field]:
+        fields = super().get_fields()
+        fields["from"] = fields.pop("from_")  # a Python keyword
+        return fields
+
+
+class ExportQuery(serializers.Serializer):
+    previous = serializers.ListField(
+        child=serializers.IntegerField(min_value=0, max_value=MAX_ID),
+        required=False,
+        default=list,
+        help_text="Tree sizes the verifier already holds (consistency proofs to each).",
+    )
+
+
+class WindowQuery(serializers.Serializer):
+    start = AwareDateTimeField(help_text="ISO 8601 with an offset.")
+    end = AwareDateTimeField(help_text="ISO 8601 with an offset; exclusive.")
+
+
+class DisputeOpenSerializer(serializers.Serializer):
+    line = serializers.IntegerField(min_value=1, max_value=MAX_ID, help_text="An invoice line id.")
+    reason = serializers.CharField(max_length=2000)
+
+
+class WindowSerializer(serializers.Serializer):
+    start = AwareDateTimeField()
+    end = AwareDateTimeField()
+    status = serializers.CharField(max_length=32, help_text="The record status excluded, e.g. error.")
+
+    def validate(self, attrs: dict[str, Any]) -> dict[str, Any]:
+        if attrs["end"] <= attrs["start"]:
+            raise serializers.ValidationError("window end must follow its start.")
+        return attrs
+
+
+class DisputeResolveSerializer(serializers.Serializer):
+    decision = serializers.ChoiceField(choices=["reject", "accept", "customer_dependency"])
+    comment = serializers.CharField(max_length=2000, allow_blank=True, default="")
+    amount = serializers.DecimalField(
+        max_digits=20,
+        decimal_places=2,
+        min_value=0,
+        required=False,
+        allow_null=True,
+        help_text="accept: the credit (default: what the line has left).",
+    )
+    records = serializers.ListField(
+        child=serializers.UUIDField(), required=False, help_text="customer_dependency: record ids."
+    )
+    window = WindowSerializer(required=False, help_text="customer_dependency: a window and a status.")
+
+
+# --- views -------------------------------------------------------------------------------------------
+
+
+class CheckpointListView(generics.ListAPIView):
+    """GET: signed checkpoints, newest first (cursor pages). POST (staff): publish one now."""
+
     permission_classes = [IsAuthenticated]
+    serializer_class = CheckpointSerializer
+
+    def get_queryset(self) -> QuerySet[Checkpoint]:
+        return selectors.checkpoints()
 
     @extend_schema(operation_id="ledger_checkpoints_list")
-    @_answers_errors
-    def get(self, request: Request) -> Response:
-        limit = min(_int_param(request, "limit", 100) or 100, 1000)
-        return Response(
-            {"checkpoints": [selectors.checkpoint_json(c) for c in selectors.checkpoints()[:limit]]}
-        )
+    def get(self, request: Request, *args: Any, **kwargs: Any) -> Response:
+        page = self.paginate_queryset(self.get_queryset())
+        data = CheckpointSerializer([selectors.checkpoint_json(c) for c in page or []], many=True).data
+        return self.get_paginated_response(data)
 
+    @extend_schema(
+        operation_id="ledger_checkpoints_publish", request=None, responses={201: CheckpointSerializer}
+    )
     @_answers_errors
     def post(self, request: Request) -> Response | JsonResponse:
         if not request.user.is_staff:
             return error_response(403, "permission_denied", "Only platform staff publish checkpoints.")
-        return Response(selectors.checkpoint_json(publish_checkpoint(Checkpoint.Reason.MANUAL)), status=201)
+        checkpoint = publish_checkpoint(Checkpoint.Reason.MANUAL)
+        return Response(CheckpointSerializer(selectors.checkpoint_json(checkpoint)).data, status=201)
 
 
 class CheckpointDetailView(APIView):
     permission_classes = [IsAuthenticated]
 
+    @extend_schema(responses={200: CheckpointSerializer})
     @_answers_errors
     def get(self, request: Request, size: int) -> Response:
-        return Response(selectors.checkpoint_json(selectors.checkpoint_of_size(size)))
+        return Response(
+            CheckpointSerializer(selectors.checkpoint_json(selectors.checkpoint_of_size(size))).data
+        )
 
 
 class InclusionProofView(APIView):
-    permission_classes = [IsAuthenticated]
-
+    @extend_schema(parameters=[InclusionQuery], responses={200: InclusionProofSerializer})
     @_answers_errors
     def get(self, request: Request, record_id: Any) -> Response:
-        tenant = selectors.tenant_of(request.user)
-        return Response(selectors.inclusion_proof(str(record_id), _int_param(request, "size"), tenant))
+        tenant = principal_of(request).tenant_code
+        size = _query(InclusionQuery, request).get("size")
+        return Response(
+            InclusionProofSerializer(selectors.inclusion_proof(str(record_id), size, tenant)).data
+        )
 
 
 class ConsistencyProofView(APIView):
-    permission_classes = [IsAuthenticated]
-
+    @extend_schema(
+        parameters=[
+            OpenApiParameter("from", int, required=True, description="The older tree size."),
+            OpenApiParameter("to", int, required=True, description="The newer tree size."),
+        ],
+        responses={200: ConsistencyProofSerializer},
+    )
     @_answers_errors
     def get(self, request: Request) -> Response:
-        old, new = _int_param(request, "from"), _int_param(request, "to")
-        if old is None or new is None:
-            raise selectors.LedgerLookupError(400, "invalid_request", "Give both from and to tree sizes.")
-        return Response(selectors.consistency_proof(old, new))
+        sizes = _query(ConsistencyQuery, request)
+        return Response(
+            ConsistencyProofSerializer(selectors.consistency_proof(sizes["from"], sizes["to"])).data
+        )
 
 
 class InvoiceExportView(APIView):
-    permission_classes = [IsAuthenticated]
-
+    @extend_schema(
+        parameters=[
+            OpenApiParameter("previous", int, many=True, description="Tree sizes the verifier holds.")
+        ],
+        responses={(200, "application/x-ndjson"): OpenApiTypes.STR},
+    )
     @_answers_errors
     def get(self, request: Request, pk: int) -> HttpResponse:
         """NDJSON: the manifest line, then each record's canonical line (docs/ledger.md)."""
-        invoice = selectors.invoice_for(pk, selectors.tenant_of(request.user))
-        previous = request.query_params.getlist("previous")
-        if not all(p.isdigit() for p in previous):
-            raise selectors.LedgerLookupError(400, "invalid_request", "previous must be tree sizes.")
-        manifest, lines = selectors.invoice_export(invoice, [int(p) for p in previous])
+        query = ExportQuery(data={"previous": request.query_params.getlist("previous")})
+        query.is_valid(raise_exception=True)
+        previous = query.validated_data["previous"]
+        invoice = selectors.invoice_for(pk, principal_of(request).tenant_code)
+        manifest, lines = selectors.invoice_export(invoice, previous)
         return HttpResponse(selectors.export_body(manifest, lines), content_type="application/x-ndjson")
 
 
 class InvoiceCompletenessView(APIView):
     """The records an invoice covers and the gaps of the agents that served it (tenant-scoped)."""
 
-    permission_classes = [IsAuthenticated]
-
+    @extend_schema(responses={200: InvoiceCompletenessSerializer})
     @_answers_errors
     def get(self, request: Request, pk: int) -> Response:
-        invoice = selectors.invoice_for(pk, selectors.tenant_of(request.user))
-        return Response(selectors.invoice_completeness(invoice))
+        invoice = selectors.invoice_for(pk, principal_of(request).tenant_code)
+        return Response(InvoiceCompletenessSerializer(selectors.invoice_completeness(invoice)).data)
 
 
 class CompletenessView(APIView):
     permission_classes = [IsAdminUser]
 
+    @extend_schema(parameters=[WindowQuery], responses={200: AgentCompletenessSerializer})
     @_answers_errors
     def get(self, request: Request, agent_id: str) -> Response:
-        start, end = _time_param(request, "start"), _time_param(request, "end")
-        return Response(selectors.completeness_report(agent_id, start, end))
+        window = _query(WindowQuery, request)
+        report = selectors.completeness_report(agent_id, window["start"], window["end"])
+        return Response(AgentCompletenessSerializer(report).data)
 
 
-class LedgerEventListView(APIView):
+class LedgerEventListView(generics.ListAPIView):
+    """Ledger events (gaps, checkpoint refusals) for platform staff, newest first."""
+
     permission_classes = [IsAdminUser]
-
-    def get(self, request: Request) -> Response:
-        events = LedgerEvent.objects.select_related("agent")[:500]
-        return Response(
-            {
-                "events": [
-                    {
-                        "id": e.pk,
-                        "kind": e.kind,
-                        "payload": e.payload,
-                        "created_at": e.created_at.isoformat(),
-                        "delivered_at": e.delivered_at.isoformat() if e.delivered_at else None,
-                    }
-                    for e in events
-                ]
-            }
-        )
+    serializer_class = LedgerEventSerializer
+    queryset = LedgerEvent.objects.all()
 
 
-class DisputeListView(APIView):
-    """GET: the caller's disputes (staff: all). POST {"line": id, "reason": text}: open one."""
+class DisputeListView(generics.ListAPIView):
+    """GET: the caller's disputes (staff: all), newest first. POST {"line": id, "reason": text}: open one."""
 
-    permission_classes = [IsAuthenticated]
+    serializer_class = DisputeSerializer
+    write_roles = WRITE_BILLING
+
+    def get_queryset(self) -> QuerySet[Dispute]:
+        return selectors.disputes(principal_of(self.request).tenant_code)
 
     @extend_schema(operation_id="ledger_disputes_list")
-    @_answers_errors
-    def get(self, request: Request) -> Response:
-        rows = selectors.disputes(selectors.tenant_of(request.user))[:500]
-        return Response({"disputes": [selectors.dispute_json(d) for d in rows]})
+    def get(self, request: Request, *args: Any, **kwargs: Any) -> Response:
+        page = self.paginate_queryset(self.get_queryset())
+        data = DisputeSerializer([selectors.dispute_json(d) for d in page or []], many=True).data
+        return self.get_paginated_response(data)
 
+    @extend_schema(
+        operation_id="ledger_disputes_open", request=DisputeOpenSerializer, responses={201: DisputeSerializer}
+    )
     @_answers_errors
     def post(self, request: Request) -> Response:
-        tenant = selectors.tenant_of(request.user)
-        data = _object(request)
-        line, reason = data.get("line"), data.get("reason")
-        if not isinstance(line, int) or not isinstance(reason, str):
-            raise selectors.LedgerLookupError(400, "invalid_request", "Give line (an id) and reason (text).")
-        dispute = open_dispute(request.user, line, reason, tenant)
-        return Response(selectors.dispute_json(selectors.disputes(None).get(pk=dispute.pk)), status=201)
+        body = DisputeOpenSerializer(data=request.data)
+        body.is_valid(raise_exception=True)
+        tenant = principal_of(request).tenant_code
+        dispute = open_dispute(
+            request.user, body.validated_data["line"], body.validated_data["reason"], tenant
+        )
+        return Response(_dispute(dispute.pk), status=201)
 
 
 class DisputeDetailView(APIView):
-    permission_classes = [IsAuthenticated]
-
+    @extend_schema(responses={200: DisputeSerializer})
     @_answers_errors
     def get(self, request: Request, pk: int) -> Response:
-        dispute = selectors.disputes(selectors.tenant_of(request.user)).filter(pk=pk).first()
+        dispute = selectors.disputes(principal_of(request).tenant_code).filter(pk=pk).first()
         if dispute is None:
             raise selectors.LedgerLookupError(404, "unknown_dispute", f"No dispute {pk}.")
-        return Response(selectors.dispute_json(dispute))
+        return Response(DisputeSerializer(selectors.dispute_json(dispute)).data)
 
 
 class DisputeResolveView(APIView):
@@ -208,52 +387,34 @@ class DisputeResolveView(APIView):
 
     permission_classes = [IsAdminUser]
 
+    @extend_schema(request=DisputeResolveSerializer, responses={200: DisputeSerializer})
     @_answers_errors
     def post(self, request: Request, pk: int) -> Response:
-        data = _object(request)
-        decision, comment, raw = data.get("decision"), data.get("comment", ""), data.get("amount")
-        try:
-            amount = Decimal(str(raw)) if raw is not None else None
-        except InvalidOperation:
-            raise selectors.LedgerLookupError(400, "invalid_request", "amount must be a decimal.") from None
-        if not isinstance(decision, str) or not isinstance(comment, str):
-            raise selectors.LedgerLookupError(400, "invalid_request", "Give a decision and a comment.")
-        records, window = data.get("records"), data.get("window")
-        if records is not None and not (isinstance(records, list) and all(_is_uuid(r) for r in records)):
-            raise selectors.LedgerLookupError(400, "invalid_request", "records is a list of record ids.")
+        body = DisputeResolveSerializer(data=request.data)
+        body.is_valid(raise_exception=True)
+        data = body.validated_data
+        records = data.get("records")
+        window = data.get("window")
         dispute = resolve_dispute(
             request.user,
             pk,
-            decision,
-            comment,
-            amount,
-            records,
+            data["decision"],
+            data["comment"],
+            data.get("amount"),
+            [str(r) for r in records] if records is not None else None,
             _window(window) if window is not None else None,
         )
-        return Response(selectors.dispute_json(selectors.disputes(None).get(pk=dispute.pk)))
+        return Response(_dispute(dispute.pk))
+
+
+def _dispute(pk: int) -> Any:
+    return DisputeSerializer(selectors.dispute_json(selectors.disputes(None).get(pk=pk))).data
 
 
 _EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
 
 
-def _is_uuid(value: Any) -> bool:
-    try:
-        return isinstance(value, str) and str(uuid.UUID(value)) == value
-    except ValueError:
-        return False
-
-
-def _window(data: Any) -> Window:
-    """{"start", "end" (ISO 8601 with an offset), "status"} → a Window; 400 otherwise."""
-    moments = [
-        parse_datetime(data.get(k) or "") if isinstance(data, dict) else None for k in ("start", "end")
-    ]
-    status = data.get("status") if isinstance(data, dict) else None
-    if None in moments or any(m.tzinfo is None for m in moments if m) or not isinstance(status, str):
-        raise selectors.LedgerLookupError(
-            400, "invalid_request", "window needs start and end (ISO 8601 with an offset) and a status."
-        )
-    start, end = ((m - _EPOCH) // timedelta(microseconds=1) * 1000 for m in moments if m)
-    if end <= start:
-        raise selectors.LedgerLookupError(400, "invalid_request", "window end must follow its start.")
-    return Window(start, end, status)
+def _window(data: dict[str, Any]) -> Window:
+    """A validated {"start", "end", "status"} → a Window in ns since the epoch."""
+    start, end = ((data[k] - _EPOCH) // timedelta(microseconds=1) * 1000 for k in ("start", "end"))
+    return Window(start, end, data["status"])

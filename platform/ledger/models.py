@@ -107,18 +107,6 @@ class Checkpoint(models.Model):
         return f"checkpoint {self.size}"
 
 
-class TenantMembership(models.Model):
-    """Which tenant a (customer) user acts for; staff users see every tenant."""
-
-    user = models.OneToOneField(
-        settings.AUTH_USER_MODEL, on_delete=models.CASCADE, related_name="ledger_tenant"
-    )
-    tenant = models.ForeignKey(Tenant, on_delete=models.CASCADE, related_name="ledger_members")
-
-    def __str__(self) -> str:
-        return f"{self.user} @ {self.tenant.code}"
-
-
 class LedgerEvent(models.Model):
     """An outgoing webhook event, persisted; delivery belongs to the portal."""
 

@@ -17,7 +17,7 @@ from contracts.models import ContractPrice
 from ingest.models import SequenceGap
 
 from .merkle import consistency_path, inclusion_path, leaf_hash, multi_inclusion
-from .models import BillingExclusion, Checkpoint, Dispute, LogBatch, LogLeaf, TenantMembership
+from .models import BillingExclusion, Checkpoint, Dispute, LogBatch, LogLeaf
 from .store import stored_lines
 from .tree import StoredTree
 
@@ -34,16 +34,6 @@ class LedgerLookupError(Exception):
 
 def b64(data: bytes) -> str:
     return base64.b64encode(data).decode()
-
-
-def tenant_of(user: Any) -> str | None:
-    """The tenant code a user acts for; None for staff (every tenant)."""
-    if user.is_staff:
-        return None
-    membership = TenantMembership.objects.select_related("tenant").filter(user=user).first()
-    if membership is None:
-        raise LedgerLookupError(403, "no_tenant", "This user acts for no tenant.")
-    return membership.tenant.code
 
 
 def checkpoints() -> QuerySet[Checkpoint]:

@@ -26,6 +26,7 @@ from billing.services import issue_note
 from billing.terms import Terms
 from ingest.models import IngestBatch, SequenceGap
 from treemeter_records import private_key_from_seed
+from webhooks.events import publish_dispute_updated
 from webhooks.services import publish_event
 
 from .merkle import ProofError, append_leaves, consistency_path, fold, verify_consistency
@@ -229,6 +230,7 @@ def open_dispute(user: Any, line_id: int, reason: str, tenant: str | None) -> Di
             ),
         ]
     )
+    publish_dispute_updated(dispute, "opened")
     return dispute
 
 
@@ -269,6 +271,7 @@ def resolve_dispute(
                 action="rejected",
                 detail={"comment": comment, "evidence": "attached"},
             )
+            publish_dispute_updated(dispute, "rejected")
             return dispute
         if decision == "customer_dependency":
             return _exclude_records(user, dispute, comment, record_ids, window)
@@ -297,6 +300,7 @@ def resolve_dispute(
                 "credit_note": note.number,
             },
         )
+        publish_dispute_updated(dispute, "accepted")
         return dispute
 
 
@@ -390,4 +394,5 @@ def _exclude_records(
             "total": str(total),
         },
     )
+    publish_dispute_updated(dispute, "excluded")
     return dispute

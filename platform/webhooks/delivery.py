@@ -11,6 +11,7 @@ from django.conf import settings
 from django.db import transaction
 from django.utils import timezone
 
+from .destinations import UnresolvableHost, UnsafeDestination, resolve_destination
 from .models import WebhookDelivery, WebhookDeliveryAttempt, WebhookEvent
 from .signing import EVENT_ID_HEADER, SIGNATURE_HEADER, sign
 
@@ -38,7 +39,8 @@ def attempt_delivery(delivery_id: int) -> WebhookDelivery:
     """Try a pending delivery once and log the attempt; a finished one is left as it is.
 
     The row is locked for the try, so a redelivered task cannot send the same attempt twice.
-    Network errors and 5xx answers are retried until WEBHOOK_MAX_ATTEMPTS; other non-2xx answers fail.
+    Network errors and 5xx answers are retried until WEBHOOK_MAX_ATTEMPTS; other non-2xx answers, and
+    a URL that resolves to a non-public address (webhooks.destinations), fail at once.
     """
     with transaction.atomic():
         delivery = (
@@ -57,16 +59,25 @@ def attempt_delivery(delivery_id: int) -> WebhookDelivery:
             EVENT_ID_HEADER: delivery.event.event_id,
         }
         started, attempted_at = time.monotonic(), timezone.now()
-        status_code, snippet, error = None, "", ""
+        status_code, snippet, error, retryable = None, "", "", True
         try:
-            response = httpx.post(
-                delivery.endpoint.url, content=body, headers=headers, timeout=settings.WEBHOOK_TIMEOUT_SECONDS
-            )
+            destination = resolve_destination(delivery.endpoint.url)
+            with httpx.Client(timeout=settings.WEBHOOK_TIMEOUT_SECONDS) as http:
+                response = http.post(
+                    destination.url,
+                    content=body,
+                    headers={**headers, "Host": destination.host_header},
+                    extensions={"sni_hostname": destination.host},
+                )
             status_code, snippet = response.status_code, response.text[:SNIPPET_CHARS]
+            retryable = status_code >= 500
+        except UnresolvableHost as exc:
+            error = exc.message[:SNIPPET_CHARS]
+        except UnsafeDestination as exc:
+            error, retryable = f"refused: {exc.message}"[:SNIPPET_CHARS], False
         except httpx.HTTPError as exc:
             error = f"{type(exc).__name__}: {exc}"[:SNIPPET_CHARS]
         duration_ms = int((time.monotonic() - started) * 1000)
-        retryable = status_code is None or status_code >= 500
         if status_code is not None and 200 <= status_code < 300:
             delivery.status, delivery.next_retry_at = WebhookDelivery.Status.SUCCEEDED, None
         elif retryable and number < settings.WEBHOOK_MAX_ATTEMPTS:

@@ -127,7 +127,8 @@ def test_bad_registrations_get_a_4xx_with_a_code(
 
 def test_customers_and_anonymous_callers_cannot_register_agents(client: Client) -> None:
     payload = {"agent_id": "gpu-3", "public_key": new_public_key(), "tenants": [TenantFactory.create().code]}
-    assert client.post("/v1/agents", payload, content_type="application/json").status_code == 403
+    anonymous = client.post("/v1/agents", payload, content_type="application/json")
+    assert anonymous.status_code == 401 and anonymous["WWW-Authenticate"] == "Bearer"
     client.force_login(get_user_model().objects.create_user("customer"))
     response = client.post("/v1/agents", payload, content_type="application/json")
     assert response.status_code == 403 and response.json()["code"] == "permission_denied"

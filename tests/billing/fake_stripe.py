@@ -1,4 +1,5 @@
-"""A local fake of the few Stripe HTTP API endpoints billing uses, for tests (Stripe is unreachable here).
+"""A local fake of the few Stripe HTTP API endpoints billing uses, for tests (Stripe is unreachable here):
+customers, payment intents and Checkout Sessions (paid with `pay_checkout`).
 
 It speaks Stripe's wire format (form-encoded requests, JSON objects, error bodies), keeps idempotency
 keys like Stripe does (same key → the first response), and can fail the next N requests with a 500.
@@ -49,6 +50,8 @@ class FakeStripe:
             obj = {"object": "customer", "id": f"cus_{len(self.objects) + 1}", **plain, "metadata": metadata}
         elif method == "POST" and path.startswith("/v1/customers/") and path[14:] in self.objects:
             obj = {**self.objects[path[14:]], **plain, "metadata": metadata}
+        elif method == "POST" and path == "/v1/checkout/sessions":
+            obj = self._checkout_session(plain, metadata)
         elif method == "POST" and path == "/v1/payment_intents":
             obj = {
                 "object": "payment_intent",
@@ -64,6 +67,41 @@ class FakeStripe:
             ).encode()
         self.objects[obj["id"]] = obj
         return 200, json.dumps(obj).encode()
+
+    def _checkout_session(self, plain: dict[str, str], metadata: dict[str, str]) -> dict[str, Any]:
+        """A Checkout Session in mode=payment over `line_items[i][price_data]` (form-encoded)."""
+        items = sorted({k.split("]")[0][11:] for k in plain if k.startswith("line_items[")})
+        total = sum(
+            int(plain[f"line_items[{i}][price_data][unit_amount]"]) * int(plain[f"line_items[{i}][quantity]"])
+            for i in items
+        )
+        number = len(self.objects) + 1
+        return {
+            "object": "checkout.session",
+            "id": f"cs_{number}",
+            "url": f"{self.url}/pay/cs_{number}",
+            "mode": plain["mode"],
+            "customer": plain.get("customer"),
+            "client_reference_id": plain.get("client_reference_id"),
+            "currency": plain[f"line_items[{items[0]}][price_data][currency]"],
+            "amount_total": total,
+            "status": "open",
+            "payment_status": "unpaid",
+            "success_url": plain["success_url"],
+            "metadata": metadata,
+        }
+
+    def pay_checkout(self, session_id: str, event_id: str) -> dict[str, Any]:
+        """The customer pays on the hosted page: the session completes, and Stripe would send this event."""
+        with self._lock:
+            session = {**self.objects[session_id], "status": "complete", "payment_status": "paid"}
+            self.objects[session_id] = session
+        return {
+            "id": event_id,
+            "object": "event",
+            "type": "checkout.session.completed",
+            "data": {"object": session},
+        }
 
 
 @contextmanager

@@ -195,7 +195,7 @@ def test_the_credit_line_in_the_api_and_the_pdf(tmp_path: Path) -> None:
     body = client.get(f"/v1/invoices/{invoice.pk}").json()
     lines = [line for line in body["lines"] if line["kind"] == "service_credit"]
     assert [(line["amount"], line["details"]["month"]) for line in lines] == [("-48.00", "2026-10")]
-    (credit,) = client.get("/v1/sla/credits").json()
+    (credit,) = client.get("/v1/sla/credits").json()["results"]
     assert (credit["status"], credit["invoice"], credit["held_reason"]) == ("applied", invoice.pk, "")
 
     path = tmp_path / "invoice.pdf"

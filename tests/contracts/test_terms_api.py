@@ -153,7 +153,7 @@ def test_unknown_contracts_are_404(staff: Client) -> None:
 
 
 def test_tenants_and_anonymous_callers_cannot_change_terms(client: Client, contract: Contract) -> None:
-    assert put(client, "/v1/contracts/acme-2026/charges/requests", {"unit_price": "0"}).status_code == 403
+    assert put(client, "/v1/contracts/acme-2026/charges/requests", {"unit_price": "0"}).status_code == 401
     client.force_login(get_user_model().objects.create_user("tenant-user"))
     assert put(client, "/v1/contracts/acme-2026/charges/requests", {"unit_price": "0"}).status_code == 403
     assert client.post("/v1/contracts/acme-2026/credits", data={}).status_code == 403

@@ -113,7 +113,7 @@ def test_unsigned_stale_foreign_or_revoked_agent_requests_are_refused(client: Cl
 
 def test_staff_issue_and_revoke_keys_through_the_api(admin_client: Client, client: Client) -> None:
     contract = ContractFactory.create()
-    assert client.post("/v1/api-keys", {"contract": contract.code}).status_code == 403
+    assert client.post("/v1/api-keys", {"contract": contract.code}).status_code == 401
     issued = admin_client.post(
         "/v1/api-keys", {"contract": contract.code, "quota_tokens": 10}, content_type="application/json"
     )

@@ -10,11 +10,11 @@ from django.conf import settings
 from django.contrib.auth.models import User
 from django.test import Client
 
+from accounts.models import Membership
 from billing.models import Invoice
 from billing.periods import month_bounds
 from billing.services import generate_invoice
 from contracts.models import Contract
-from ledger.models import TenantMembership
 from ledger.notes import raw_public_key, verifier_key
 from tests.factories import ContractFactory, ContractPriceFactory, SigningAgent
 from treemeter_records import private_key_from_seed, public_key_to_b64
@@ -61,7 +61,7 @@ def november_invoice(contract: Contract) -> Invoice:
 
 def member_client(contract: Contract, username: str) -> Client:
     user = User.objects.create_user(username=username, password="pw")
-    TenantMembership.objects.create(user=user, tenant=contract.tenant)
+    Membership.objects.create(user=user, tenant=contract.tenant)
     client = Client()
     client.force_login(user)
     return client

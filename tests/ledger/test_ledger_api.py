@@ -67,8 +67,8 @@ def test_a_tenant_never_gets_proofs_or_exports_of_another_tenant(two_tenants: An
     nobody.force_login(User.objects.create_user(username="nobody", password="pw"))
     response = nobody.get(f"/v1/ledger/records/{foreign['record_id']}/inclusion")
     assert (response.status_code, response.json()["code"]) == (403, "no_tenant")
-    assert Client().get(f"/v1/ledger/records/{foreign['record_id']}/inclusion").status_code == 403
-    assert Client().get("/v1/ledger/checkpoints").status_code == 403
+    assert Client().get(f"/v1/ledger/records/{foreign['record_id']}/inclusion").status_code == 401
+    assert Client().get("/v1/ledger/checkpoints").status_code == 401
 
 
 def test_proofs_hold_only_hashes_of_other_tenants_records(two_tenants: Any) -> None:
@@ -109,7 +109,7 @@ def test_checkpoints_are_listed_and_published_by_staff_only(client: Client) -> N
     staff = staff_client()
     created = staff.post("/v1/ledger/checkpoints")
     assert created.status_code == 201 and created.json()["size"] == 2
-    listed = customer.get("/v1/ledger/checkpoints").json()["checkpoints"]
+    listed = customer.get("/v1/ledger/checkpoints").json()["results"]
     assert [(c["size"], c["reason"]) for c in listed] == [(2, "manual")]
     assert customer.get("/v1/ledger/checkpoints/2").json()["note"] == listed[0]["note"]
     assert customer.get("/v1/ledger/checkpoints/3").json()["code"] == "no_checkpoint"
@@ -148,7 +148,7 @@ def test_completeness_report_and_gap_events_for_staff(client: Client) -> None:
     }
     assert staff.get("/v1/ledger/agents/agent-1/completeness", {"start": "yesterday"}).status_code == 400
     assert staff.get("/v1/ledger/agents/nope/completeness", period).status_code == 404
-    events = staff.get("/v1/ledger/events").json()["events"]
+    events = staff.get("/v1/ledger/events").json()["results"]
     assert [(e["kind"], e["payload"]["first_missing"], e["payload"]["last_missing"]) for e in events] == [
         ("ledger.sequence_gap", 3, 5)
     ]

@@ -69,7 +69,7 @@ def test_other_tenants_cannot_see_or_dispute_the_line(invoiced: dict[str, Any]) 
         "/v1/ledger/disputes", {"line": invoiced["line"].pk, "reason": "too many"}, "application/json"
     )
     assert stranger.get(f"/v1/ledger/disputes/{opened.json()['id']}").status_code == 404
-    assert stranger.get("/v1/ledger/disputes").json() == {"disputes": []}
+    assert stranger.get("/v1/ledger/disputes").json()["results"] == []
     bad = stranger.post("/v1/ledger/disputes", {"line": "x"}, "application/json")
     assert (bad.status_code, bad.json()["code"]) == (400, "invalid_request")
 

@@ -118,7 +118,7 @@ def test_a_real_celery_worker_runs_the_beat_job(redis_url: str) -> None:
 def test_alerts_api_shows_only_the_callers_tenant(django_user_model: Any) -> None:
     from django.test import Client
 
-    from ledger.models import TenantMembership
+    from accounts.models import Membership
 
     mine, theirs = ContractFactory.create(), ContractFactory.create()
     for contract in (mine, theirs):
@@ -127,11 +127,11 @@ def test_alerts_api_shows_only_the_callers_tenant(django_user_model: Any) -> Non
         store(records(agent, contract, 60, at(NOW - timedelta(hours=1)), MINUTE, status="error"))
         evaluate_burn_rates(contract, now=NOW)
     user = django_user_model.objects.create_user("alice", password="pw")
-    TenantMembership.objects.create(user=user, tenant=mine.tenant)
+    Membership.objects.create(user=user, tenant=mine.tenant)
     client = Client()
     client.force_login(user)
 
-    listed = client.get("/v1/sla/alerts", {"open": "true"}).json()
+    listed = client.get("/v1/sla/alerts", {"open": "true"}).json()["results"]
 
     assert {(a["contract"], a["rule"]) for a in listed} == {
         (mine.code, rule) for rule in ("page-1h", "page-6h", "ticket-1d", "ticket-3d")

@@ -12,7 +12,7 @@ from typing import Any
 import pytest
 from django.test import Client
 
-from ledger.models import TenantMembership
+from accounts.models import Membership
 from sla.models import ServiceCredit, SlaReport
 from sla.pdf import cjk_font_path
 from sla.services import compute_report
@@ -36,7 +36,7 @@ def report_for_new_tenant(failed: int = 2) -> SlaReport:
 
 def member_of(report: SlaReport, django_user_model: Any, name: str) -> Client:
     user = django_user_model.objects.create_user(name, password="pw")
-    TenantMembership.objects.create(user=user, tenant=report.contract.tenant)
+    Membership.objects.create(user=user, tenant=report.contract.tenant)
     client = Client()
     client.force_login(user)
     return client
@@ -61,7 +61,7 @@ def test_a_tenant_reads_its_report_as_json(django_user_model: Any) -> None:
     ]
     assert body["percentiles_ms"]["l3"]["0.99"] == "90"
     assert len(body["daily"]) == 30 and body["time_zone"] == "Asia/Shanghai"
-    listed = client.get("/v1/sla/reports", {"month": "2026-11"}).json()
+    listed = client.get("/v1/sla/reports", {"month": "2026-11"}).json()["results"]
     assert [r["id"] for r in listed] == [report.pk]
 
 
@@ -86,7 +86,7 @@ def test_another_tenants_report_and_credits_are_refused(django_user_model: Any) 
     ):
         response = client.get(url)
         assert response.status_code == 404, url
-    assert client.get("/v1/sla/reports").json() == [
+    assert client.get("/v1/sla/reports").json()["results"] == [
         {
             "id": mine.pk,
             "contract": mine.contract.code,
@@ -98,8 +98,8 @@ def test_another_tenants_report_and_credits_are_refused(django_user_model: Any) 
             "computed_at": "2026-12-02T00:00:00Z",
         }
     ]
-    assert client.get("/v1/sla/reports", {"contract": theirs.contract.code}).json() == []
-    assert client.get("/v1/sla/credits").json() == []
+    assert client.get("/v1/sla/reports", {"contract": theirs.contract.code}).json()["results"] == []
+    assert client.get("/v1/sla/credits").json()["results"] == []
 
 
 def test_staff_read_every_tenant_and_anonymous_callers_none(staff: Any) -> None:
@@ -109,7 +109,7 @@ def test_staff_read_every_tenant_and_anonymous_callers_none(staff: Any) -> None:
     assert anonymous.get(f"/sla/reports/{first.pk}").status_code == 302  # to the login page
     client = Client()
     client.force_login(staff)
-    assert {r["id"] for r in client.get("/v1/sla/reports").json()} == {first.pk, second.pk}
+    assert {r["id"] for r in client.get("/v1/sla/reports").json()["results"]} == {first.pk, second.pk}
 
 
 def test_bad_filters_and_languages_get_the_error_shape(staff: Any) -> None:
@@ -120,6 +120,11 @@ def test_bad_filters_and_languages_get_the_error_shape(staff: Any) -> None:
     assert response.status_code == 400 and response.json()["code"] == "invalid_request"
     response = client.get(f"/v1/sla/reports/{report.pk}/pdf", {"lang": "fr"})
     assert (response.status_code, response.json()["code"]) == (400, "unsupported_language")
+    response = client.get("/v1/sla/alerts", {"open": "maybe"})
+    assert (response.status_code, response.json()["code"]) == (400, "invalid_request")
+    assert list(response.json()["details"]) == ["open"]
+    response = client.get("/v1/sla/reports/99999999999999999999")  # beyond bigint: none such, not a 500
+    assert (response.status_code, response.json()["code"]) == (404, "not_found")
 
 
 def test_the_html_page_shows_objectives_credit_and_exclusions(django_user_model: Any) -> None:
@@ -190,7 +195,7 @@ def test_staff_declare_exclusions_once_and_tenants_read_only_their_own(
     )
 
     tenant = member_of(mine, django_user_model, "alice")
-    assert [x["contract"] for x in tenant.get("/v1/sla/exclusions").json()] == [mine.contract.code]
+    assert [x["contract"] for x in tenant.get("/v1/sla/exclusions").json()["results"]] == [mine.contract.code]
     forbidden = tenant.post("/v1/sla/exclusions", body, content_type="application/json")
     assert forbidden.status_code == 403 and forbidden.json()["code"] == "permission_denied"
     # The month's report was already final: a late declaration does not rewrite it.

@@ -1,0 +1,6 @@
+from django.apps import AppConfig
+
+
+class FinanceConfig(AppConfig):
+    name = "finance"
+    verbose_name = "Finance views and exports"

@@ -1,0 +1,68 @@
+"""Query-string filters of the finance pages, parsed once; bad input is a 400 with a stable code."""
+
+from __future__ import annotations
+
+from collections.abc import Collection
+from datetime import datetime
+
+from django.http import QueryDict
+
+from billing.periods import month_bounds
+from config.errors import ApiError
+from contracts.money import MINOR_UNITS
+
+
+class FilterError(ApiError):
+    http_status = 400
+
+
+def _value(query: QueryDict, name: str) -> str:
+    return (query.get(name) or "").strip()
+
+
+def month(query: QueryDict, name: str) -> tuple[datetime, datetime] | None:
+    """A YYYY-MM month as its [start, end) in UTC, or None when absent."""
+    raw = _value(query, name)
+    if not raw:
+        return None
+    try:
+        return month_bounds(raw)
+    except ValueError as error:
+        raise FilterError("invalid_filter", str(error), {"field": name, "value": raw}) from None
+
+
+def choice(query: QueryDict, name: str, allowed: Collection[str]) -> str:
+    """One of `allowed`, or '' when absent."""
+    raw = _value(query, name)
+    if raw and raw not in allowed:
+        raise FilterError(
+            "invalid_filter",
+            f"{name} must be one of {', '.join(sorted(allowed))}, not {raw!r}.",
+            {"field": name, "value": raw},
+        )
+    return raw
+
+
+def choices(query: QueryDict, name: str, allowed: Collection[str], default: list[str]) -> list[str]:
+    """Several of `allowed` (repeated or comma-separated), in the order of `allowed`."""
+    raw = [part.strip() for value in query.getlist(name) for part in value.split(",") if part.strip()]
+    unknown = sorted(set(raw) - set(allowed))
+    if unknown:
+        raise FilterError(
+            "invalid_filter",
+            f"{name} takes {', '.join(allowed)}; unknown: {', '.join(unknown)}.",
+            {"field": name, "value": unknown},
+        )
+    return [a for a in allowed if a in raw] or default
+
+
+def currency(query: QueryDict, name: str = "currency") -> str:
+    return choice(query, name, MINOR_UNITS)
+
+
+def code(query: QueryDict, name: str) -> str:
+    """A tenant or contract code; an unknown code simply matches nothing."""
+    raw = _value(query, name)
+    if len(raw) > 64:
+        raise FilterError("invalid_filter", f"{name} is at most 64 characters.", {"field": name})
+    return raw

@@ -1,0 +1,86 @@
+"""Translated names for the codes other apps store (dimensions, statuses, line kinds): their model
+choices carry English labels only, and the portal speaks zh-Hans and en."""
+
+from __future__ import annotations
+
+from django.utils.functional import Promise
+from django.utils.translation import gettext_lazy as _
+
+DIMENSIONS: dict[str, Promise] = {
+    "requests": _("Requests"),
+    "tokens_in": _("Input tokens"),
+    "tokens_out": _("Output tokens"),
+    "cached_tokens": _("Prefix-cache hit tokens"),
+    "expert_tokens": _("Expert-token activations"),
+    "routing_hops": _("Routing hops"),
+    "l2_misses": _("Expert-cache misses (L2)"),
+    "l3_seconds": _("GPU time (L3 seconds)"),
+    "distinct_experts": _("Distinct experts per request"),
+    "outcomes": _("Verified outcomes"),
+}
+
+STATUSES: dict[str, Promise] = {
+    "pending_payment": _("Waiting for payment"),
+    "active": _("Active"),
+    "ended": _("Ended"),
+    "draft": _("Draft"),
+    "grace": _("Grace period"),
+    "finalized": _("Finalized"),
+    "paid": _("Paid"),
+    "void": _("Void"),
+    "open": _("Open"),
+    "rejected": _("Rejected"),
+    "accepted": _("Accepted"),
+    "excluded": _("Records excluded"),
+    "pending": _("Pending"),
+    "succeeded": _("Succeeded"),
+    "failed": _("Failed"),
+    "revoked": _("Revoked"),
+    "final": _("Final"),
+    "provisional": _("Provisional"),
+    "applied": _("Applied"),
+}
+
+LINE_KINDS: dict[str, Promise] = {
+    "usage": _("Usage"),
+    "base_fee": _("Base fee"),
+    "commitment": _("Minimum commitment true-up"),
+    "adjustment": _("Late usage adjustment"),
+    "discount": _("Discount"),
+    "service_credit": _("SLA service credit"),
+    "credit": _("Credit note"),
+    "debit": _("Debit note"),
+}
+
+CHARGE_MODELS: dict[str, Promise] = {
+    "per_unit": _("Per unit"),
+    "graduated": _("Graduated tiers"),
+    "volume": _("Volume tiers"),
+    "package": _("Per block"),
+    "percentage": _("Percentage of value"),
+}
+
+PAYMENTS: dict[str, Promise] = {
+    "checkout": _("Card payment (Stripe Checkout)"),
+    "invoice": _("Pay by invoice"),
+}
+
+ROLES: dict[str, Promise] = {
+    "owner": _("Owner"),
+    "billing": _("Billing"),
+    "developer": _("Developer"),
+    "read_only": _("Read-only"),
+}
+
+DISPUTE_ACTIONS: dict[str, Promise] = {
+    "opened": _("Opened"),
+    "evidence_attached": _("Evidence attached"),
+    "rejected": _("Rejected"),
+    "accepted": _("Accepted"),
+    "records_excluded": _("Records excluded"),
+}
+
+
+def label(table: dict[str, Promise], code: str) -> str:
+    """The translated label, or the code itself for one this table does not know yet."""
+    return str(table.get(code, code))

@@ -1,0 +1,137 @@
+"""Reads for the portal, every one scoped to the principal's tenant (staff: every tenant).
+
+An object of another tenant is simply not in these querysets, so a view that looks it up answers 404.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import datetime
+from decimal import Decimal
+from typing import TypeVar
+
+from django.db.models import Count, Model, Q, QuerySet
+from django.utils import timezone
+
+from accounts.access import Principal
+from billing.models import Invoice, Note
+from billing.periods import month_bounds, month_of
+from billing.selectors import period_usage
+from contracts.models import Contract
+from entitlements.models import ApiKey, QuotaPeriod
+from ledger.models import Dispute
+from sla.models import SlaReport
+from webhooks.models import WebhookDelivery, WebhookEndpoint
+
+M = TypeVar("M", bound=Model)
+
+
+def _scoped(rows: QuerySet[M], principal: Principal, field: str = "tenant") -> QuerySet[M]:
+    return rows if principal.is_staff else rows.filter(**{field: principal.tenant_id})
+
+
+def contracts(principal: Principal) -> QuerySet[Contract]:
+    return _scoped(Contract.objects.select_related("tenant", "package"), principal)
+
+
+def invoices(principal: Principal) -> QuerySet[Invoice]:
+    rows = Invoice.objects.select_related("tenant", "contract", "contract__package")
+    return _scoped(rows, principal)
+
+
+def invoice_detail(principal: Principal, pk: int) -> Invoice | None:
+    return invoices(principal).prefetch_related("lines", "notes", "disputes").filter(pk=pk).first()
+
+
+def notes(principal: Principal) -> QuerySet[Note]:
+    rows = Note.objects.select_related("invoice", "invoice__tenant", "line")
+    return _scoped(rows, principal, "invoice__tenant")
+
+
+def disputes(principal: Principal) -> QuerySet[Dispute]:
+    rows = Dispute.objects.select_related("tenant", "invoice", "line", "credit_note")
+    return _scoped(rows.prefetch_related("events__actor"), principal)
+
+
+def sla_reports(principal: Principal) -> QuerySet[SlaReport]:
+    rows = SlaReport.objects.select_related("contract", "contract__tenant", "contract__package")
+    return _scoped(rows.order_by("-month", "contract__code"), principal, "contract__tenant")
+
+
+def api_keys(principal: Principal) -> QuerySet[ApiKey]:
+    rows = ApiKey.objects.select_related("contract", "tenant").order_by("-created_at", "prefix")
+    return _scoped(rows, principal)
+
+
+def webhook_endpoints(principal: Principal) -> QuerySet[WebhookEndpoint]:
+    """A customer sees its own endpoints; platform-wide endpoints (no tenant) are staff-only."""
+    rows = WebhookEndpoint.objects.select_related("tenant").annotate(
+        failed=Count("deliveries", filter=Q(deliveries__status=WebhookDelivery.Status.FAILED))
+    )
+    return _scoped(rows, principal)
+
+
+def deliveries(principal: Principal) -> QuerySet[WebhookDelivery]:
+    rows = WebhookDelivery.objects.select_related("event", "endpoint").prefetch_related("attempts")
+    return _scoped(rows, principal, "endpoint__tenant")
+
+
+@dataclass(frozen=True)
+class Quota:
+    """One priced dimension's free quantity this period, what was used, and what is left."""
+
+    dimension: str
+    included: Decimal
+    used: Decimal
+    left: Decimal
+
+    @property
+    def used_percent(self) -> int:
+        return 100 if self.included == 0 else min(100, int(self.used * 100 / self.included))
+
+
+def current_period(now: datetime | None = None) -> tuple[datetime, datetime]:
+    return month_bounds(month_of(now or timezone.now()))
+
+
+def quotas(contract: Contract, start: datetime, end: datetime) -> list[Quota]:
+    """The contract's quotas (`ContractPrice.included_quantity` > 0) against its usage in [start, end),
+    measured by the same ClickHouse query that rates invoices."""
+    prices = [p for p in contract.prices.all() if p.included_quantity > 0]
+    if not prices:
+        return []
+    metrics = {m.code: m.expression for m in contract.metrics.all()}
+    usage = period_usage(contract.tenant.code, contract.code, start, end, metrics)
+    rows = []
+    for price in prices:
+        used = usage.quantities.get(price.dimension, Decimal(0))
+        rows.append(
+            Quota(
+                price.dimension,
+                price.included_quantity,
+                used,
+                max(price.included_quantity - used, Decimal(0)),
+            )
+        )
+    return rows
+
+
+@dataclass(frozen=True)
+class KeyQuota:
+    """An API key's monthly token quota: tokens used this month (leases still held count in full, as
+    the quota leases do) and what is left; `left` is None for a key without a quota."""
+
+    api_key: ApiKey
+    used: int
+    left: int | None
+
+
+def key_quotas(keys: QuerySet[ApiKey], month: str) -> list[KeyQuota]:
+    periods = {p.api_key_id: p for p in QuotaPeriod.objects.filter(api_key__in=keys, period=month)}
+    rows = []
+    for key in keys:
+        period = periods.get(key.pk)
+        used = period.settled_tokens + period.outstanding_tokens if period else 0
+        left = None if key.quota_tokens is None else max(key.quota_tokens - used, 0)
+        rows.append(KeyQuota(key, used, left))
+    return rows

@@ -1,0 +1,127 @@
+/* Usage dashboard: each chart container names its /v1/usage/… endpoint; the figures come as JSON with
+ * the session cookie. Each container ends with data-state="ready", "empty" or "error" (browser tests). */
+(function () {
+  "use strict";
+  var text = JSON.parse(document.getElementById("chart-text").textContent);
+  var form = document.getElementById("usage-filters");
+  var charts = {};
+  var FEW = 60;  // lines with this many points or fewer show each point (a lone point has no line)
+
+  function query() {
+    var data = new FormData(form);
+    var params = new URLSearchParams();
+    var start = data.get("start"), end = data.get("end");
+    if (start) params.set("start", start + "T00:00:00Z");
+    if (end) {
+      var next = new Date(end + "T00:00:00Z");
+      next.setUTCDate(next.getUTCDate() + 1);  // the end day is included
+      params.set("end", next.toISOString());
+    }
+    ["contract", "package"].forEach(function (name) { if (data.get(name)) params.set(name, data.get(name)); });
+    return { params: params, dimension: data.get("dimension"), interval: data.get("interval") };
+  }
+
+  function chart(id) {
+    var el = document.getElementById(id);
+    if (!charts[id]) charts[id] = echarts.init(el);
+    return { el: el, chart: charts[id] };
+  }
+
+  function show(id, option, empty) {
+    var c = chart(id);
+    c.chart.clear();
+    if (empty) {
+      c.chart.setOption({ title: { text: text.no_data, left: "center", top: "middle", textStyle: { color: "#888", fontSize: 14 } } });
+    } else {
+      option.animation = false;  // drawn at once: "ready" means what a screenshot shows
+      c.chart.setOption(option);
+    }
+    c.el.dataset.state = empty ? "empty" : "ready";
+  }
+
+  function load(id, path, params, render) {
+    var el = document.getElementById(id);
+    el.dataset.state = "loading";
+    fetch(path + "?" + params.toString(), { credentials: "same-origin", headers: { Accept: "application/json" } })
+      .then(function (r) { if (!r.ok) throw new Error(r.status); return r.json(); })
+      .then(function (body) { render(id, body); })
+      .catch(function () {
+        if (charts[id]) { charts[id].dispose(); delete charts[id]; }
+        el.dataset.state = "error";
+        el.textContent = text.failed;
+      });
+  }
+
+  function num(value) { return value == null ? null : Number(value); }  // null: no figure (a gap)
+
+  function axisIndex(list) {
+    return Array.isArray(list) ? list : Array.from({ length: list || 0 }, function (_, i) { return i; });
+  }
+
+  function timeseries(id, body) {
+    var series = (body.series || []).map(function (s) {
+      return { name: s.package, type: "line", showSymbol: s.points.length <= FEW,
+               data: s.points.map(function (p) { return [p[0], num(p[1])]; }) };
+    });
+    var empty = series.every(function (s) { return s.data.length === 0; });
+    show(id, { tooltip: { trigger: "axis" }, legend: { top: 0 }, grid: { left: 60, right: 20, top: 40, bottom: 40 },
+               xAxis: { type: "time" }, yAxis: { type: "value", name: body.dimension }, series: series }, empty);
+  }
+
+  function experts(id, body) {
+    var layers = axisIndex(body.layers), experts = axisIndex(body.experts);
+    var cells = (body.cells || []).map(function (c) {
+      return [experts.indexOf(c[1]), layers.indexOf(c[0]), Number(c[2])];
+    });
+    var max = cells.reduce(function (m, c) { return Math.max(m, c[2]); }, 0);
+    show(id, { tooltip: { position: "top" }, grid: { left: 60, right: 90, top: 20, bottom: 40 },
+               xAxis: { type: "category", data: experts, name: text.expert, splitArea: { show: true } },
+               yAxis: { type: "category", data: layers, name: text.layer, splitArea: { show: true } },
+               visualMap: { min: 0, max: max || 1, calculable: true, orient: "vertical", right: 0, top: "middle" },
+               series: [{ name: text.tokens, type: "heatmap", data: cells }] }, cells.length === 0);
+  }
+
+  function routing(id, body) {
+    var points = body.points || [];
+    show(id, { tooltip: { trigger: "axis" }, legend: { top: 0 }, grid: { left: 60, right: 60, top: 40, bottom: 40 },
+               xAxis: { type: "time" },
+               yAxis: [{ type: "value", name: text.avg_hops }, { type: "value", name: text.cache_hit_rate, min: 0, max: 100, axisLabel: { formatter: "{value} %" } }],
+               series: [
+                 { name: text.avg_hops, type: "line", showSymbol: points.length <= FEW, data: points.map(function (p) { return [p[0], num(p[1])]; }) },
+                 { name: text.cache_hit_rate, type: "line", yAxisIndex: 1, showSymbol: points.length <= FEW, data: points.map(function (p) { return [p[0], p[2] == null ? null : Number(p[2]) * 100]; }) }
+               ] }, points.length === 0);
+  }
+
+  function latency(id, body) {
+    var layers = Object.keys(body.layers || {});
+    var series = ["p50_ms", "p95_ms", "p99_ms"].map(function (key) {
+      return { name: key.replace("_ms", ""), type: "bar", data: layers.map(function (l) { return num(body.layers[l][key]); }) };
+    });
+    var sla = (body.sla || []).filter(function (s) { return s && s.layer && s.threshold_ms != null; });
+    if (sla.length) {
+      series.push({ name: text.sla, type: "scatter", symbol: "rect", symbolSize: [36, 3], itemStyle: { color: "#c0392b" },
+                    data: sla.map(function (s) { return [s.layer, Number(s.threshold_ms)]; }) });
+    }
+    show(id, { tooltip: { trigger: "axis" }, legend: { top: 0 }, grid: { left: 60, right: 20, top: 40, bottom: 40 },
+               xAxis: { type: "category", data: layers }, yAxis: { type: "value", name: "ms" }, series: series },
+         layers.every(function (l) { return body.layers[l].p50_ms == null; }));
+  }
+
+  function refresh(event) {
+    if (event) event.preventDefault();
+    var q = query();
+    var ts = new URLSearchParams(q.params);
+    ts.set("dimension", q.dimension);
+    ts.set("interval", q.interval);
+    load("chart-timeseries", "/v1/usage/timeseries", ts, timeseries);
+    load("chart-experts", "/v1/usage/experts", q.params, experts);
+    var routed = new URLSearchParams(q.params);
+    routed.set("interval", q.interval);
+    load("chart-routing", "/v1/usage/routing", routed, routing);
+    load("chart-latency", "/v1/usage/latency", q.params, latency);
+  }
+
+  form.addEventListener("submit", refresh);
+  window.addEventListener("resize", function () { Object.keys(charts).forEach(function (k) { charts[k].resize(); }); });
+  refresh();
+})();

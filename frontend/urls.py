@@ -1,0 +1,29 @@
+"""The customer portal, mounted at "/" (config.urls)."""
+
+from django.urls import path
+
+from .views import catalog, contracts, home, invoices, keys, sla, usage, webhooks
+
+urlpatterns = [
+    path("", home.home, name="portal-home"),
+    path("login/", home.LoginView.as_view(), name="portal-login"),
+    path("logout/", home.LogoutView.as_view(), name="portal-logout"),
+    path("packages/", catalog.packages, name="portal-packages"),
+    path("packages/buy", catalog.buy, name="portal-buy"),
+    path("contracts/", contracts.contract_list, name="portal-contracts"),
+    path("contracts/<str:code>", contracts.contract_detail, name="portal-contract"),
+    path("usage/", usage.dashboard, name="portal-usage"),
+    path("invoices/", invoices.invoice_list, name="portal-invoices"),
+    path("invoices/<int:pk>", invoices.invoice_detail, name="portal-invoice"),
+    path("invoices/<int:pk>/lines/<int:line_pk>/dispute", invoices.dispute_line, name="portal-dispute-line"),
+    path("credit-notes/", invoices.note_list, name="portal-notes"),
+    path("disputes/", invoices.dispute_list, name="portal-disputes"),
+    path("disputes/<int:pk>", invoices.dispute_detail, name="portal-dispute"),
+    path("sla-reports/", sla.report_list, name="portal-sla-reports"),
+    path("sla-reports/<int:pk>", sla.report_detail, name="portal-sla-report"),
+    path("api-keys/", keys.key_list, name="portal-keys"),
+    path("api-keys/<str:prefix>/revoke", keys.key_revoke, name="portal-key-revoke"),
+    path("webhooks/", webhooks.endpoint_list, name="portal-webhooks"),
+    path("webhooks/<int:pk>", webhooks.endpoint_detail, name="portal-webhook"),
+    path("webhooks/deliveries/<int:pk>/replay", webhooks.replay, name="portal-delivery-replay"),
+]

@@ -1,0 +1,39 @@
+"""Contracts, with each quota (a price's included quantity) against this month's usage."""
+
+from __future__ import annotations
+
+from django.http import Http404, HttpRequest, HttpResponse
+
+from accounts.access import Principal
+from billing.periods import month_of
+
+from .. import selectors
+from ..access import portal_view
+from .common import page
+
+
+@portal_view()
+def contract_list(request: HttpRequest, principal: Principal) -> HttpResponse:
+    rows = selectors.contracts(principal).prefetch_related("prices")
+    return page(request, "frontend/contracts.html", principal, "contracts", contracts=rows)
+
+
+@portal_view()
+def contract_detail(request: HttpRequest, principal: Principal, code: str) -> HttpResponse:
+    contract = selectors.contracts(principal).prefetch_related("prices", "metrics").filter(code=code).first()
+    if contract is None:
+        raise Http404
+    start, end = selectors.current_period()
+    return page(
+        request,
+        "frontend/contract.html",
+        principal,
+        "contracts",
+        contract=contract,
+        period_start=start,
+        quotas=selectors.quotas(contract, start, end),
+        key_quotas=selectors.key_quotas(
+            selectors.api_keys(principal).filter(contract=contract), month_of(start)
+        ),
+        invoices=selectors.invoices(principal).filter(contract=contract)[:12],
+    )

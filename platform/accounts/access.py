@@ -1,0 +1,84 @@
+"""Who is asking: the tenant and role a request acts for, from a signed-in user or an API token.
+
+Platform staff (a signed-in `is_staff` user) act for every tenant. A customer user acts for the tenant
+of their `Membership`, in its role. An API token acts for its own tenant, in its role, whoever made it.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from config.errors import ApiError
+
+from .models import ApiToken, Membership, Role, Tenant
+
+STAFF = "staff"
+
+
+class NoTenant(ApiError):
+    http_status = 403
+
+
+@dataclass(frozen=True)
+class Principal:
+    tenant: Tenant | None  # None: platform staff, every tenant
+    role: str  # a Role value, or STAFF
+    user_id: int | None
+    token_id: int | None = None
+
+    @property
+    def is_staff(self) -> bool:
+        return self.tenant is None
+
+    @property
+    def tenant_code(self) -> str | None:
+        """The tenant code to filter by; None means every tenant (staff)."""
+        return None if self.tenant is None else self.tenant.code
+
+    @property
+    def tenant_id(self) -> int | None:
+        return None if self.tenant is None else self.tenant.pk
+
+    def may_write(self, roles: tuple[str, ...]) -> bool:
+        return self.is_staff or self.role in roles
+
+    def sees_tenant(self, tenant_id: int | None) -> bool:
+        return self.is_staff or (tenant_id is not None and tenant_id == self.tenant_id)
+
+
+def principal_of(request: Any) -> Principal:
+    """The principal of a Django or DRF request (cached on it); NoTenant (403) for a user of no tenant."""
+    cached = getattr(request, "_treemeter_principal", None)
+    if cached is not None:
+        return cached
+    principal = _resolve(request)
+    request._treemeter_principal = principal
+    return principal
+
+
+def _resolve(request: Any) -> Principal:
+    auth = getattr(request, "auth", None)
+    if isinstance(auth, ApiToken):
+        return Principal(tenant=auth.tenant, role=auth.role, user_id=auth.created_by_id, token_id=auth.pk)
+    user = request.user
+    if not user.is_authenticated:
+        raise NoTenant("not_authenticated", "Sign in or send an API token.")
+    if user.is_staff:
+        return Principal(tenant=None, role=STAFF, user_id=user.pk)
+    membership = Membership.objects.select_related("tenant").filter(user_id=user.pk).first()
+    if membership is None:
+        raise NoTenant("no_tenant", "This user acts for no tenant.")
+    return Principal(tenant=membership.tenant, role=membership.role, user_id=user.pk)
+
+
+def visible_tenant_ids(request: Any) -> list[int] | None:
+    """None means every tenant (staff); otherwise the one tenant id the request acts for."""
+    principal = principal_of(request)
+    return None if principal.tenant_id is None else [principal.tenant_id]
+
+
+WRITE_ANY = (Role.OWNER, Role.BILLING, Role.DEVELOPER)
+WRITE_BILLING = (Role.OWNER, Role.BILLING)
+WRITE_DEVELOPER = (Role.OWNER, Role.DEVELOPER)
+WRITE_OWNER = (Role.OWNER,)

@@ -1,0 +1,9 @@
+from django.urls import path
+
+from .api import PackageDetailView, PackageListView, PurchaseView
+
+urlpatterns = [
+    path("packages", PackageListView.as_view(), name="package-list"),
+    path("packages/<str:code>", PackageDetailView.as_view(), name="package-detail"),
+    path("purchases", PurchaseView.as_view(), name="purchase"),
+]

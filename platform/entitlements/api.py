@@ -1,0 +1,106 @@
+"""Tenant-facing inference API keys: list, issue for one of the tenant's contracts (the key is in the
+answer once), revoke. Agents learn of each change from their next entitlement snapshot."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from django.db.models import QuerySet
+from drf_spectacular.utils import extend_schema, extend_schema_view
+from rest_framework import generics, serializers, status
+from rest_framework.request import Request
+from rest_framework.response import Response
+from rest_framework.views import APIView
+
+from accounts.access import WRITE_DEVELOPER, principal_of
+from config.fields import StrictCharField
+
+from .models import ApiKey
+from .selectors import visible_api_keys
+from .services import issue_tenant_api_key, revoke_api_key
+
+
+class ApiKeySerializer(serializers.ModelSerializer):
+    contract = serializers.CharField(source="contract.code")
+    status = serializers.SerializerMethodField()
+
+    class Meta:
+        model = ApiKey
+        fields = [
+            "prefix",
+            "name",
+            "contract",
+            "sla_class",
+            "quota_tokens",
+            "status",
+            "created_at",
+            "revoked_at",
+        ]
+
+    def get_status(self, api_key: ApiKey) -> str:
+        return "revoked" if api_key.revoked_at is not None else "active"
+
+
+class ApiKeyRequestSerializer(serializers.Serializer):
+    contract = StrictCharField(max_length=64, help_text="One of your contracts.")
+    sla_class = StrictCharField(max_length=64, default="standard")
+    quota_tokens = serializers.IntegerField(
+        min_value=0, required=False, allow_null=True, default=None, help_text="Tokens per month; null: none."
+    )
+    name = StrictCharField(max_length=200, default="", allow_blank=True)
+
+
+class IssuedApiKeySerializer(ApiKeySerializer):
+    api_key = serializers.CharField(help_text="The key itself: shown only in this answer.")
+
+    class Meta(ApiKeySerializer.Meta):
+        fields = [*ApiKeySerializer.Meta.fields, "api_key"]
+
+
+class ApiKeyFilter(serializers.Serializer):
+    contract = serializers.CharField(required=False, help_text="A contract code.")
+    status = serializers.ChoiceField(choices=["active", "revoked"], required=False)
+
+
+@extend_schema_view(get=extend_schema(parameters=[ApiKeyFilter]))
+class ApiKeyListView(generics.ListCreateAPIView):
+    """The tenant's inference API keys (never the keys themselves); POST issues one."""
+
+    serializer_class = ApiKeySerializer
+    write_roles = WRITE_DEVELOPER
+
+    def get_queryset(self) -> QuerySet[ApiKey]:
+        filters = ApiKeyFilter(data=self.request.query_params.dict())
+        filters.is_valid(raise_exception=True)
+        keys = visible_api_keys(principal_of(self.request).tenant_id)
+        if "contract" in filters.validated_data:
+            keys = keys.filter(contract__code=filters.validated_data["contract"])
+        if "status" in filters.validated_data:
+            keys = keys.filter(revoked_at__isnull=filters.validated_data["status"] == "active")
+        return keys
+
+    @extend_schema(request=ApiKeyRequestSerializer, responses={201: IssuedApiKeySerializer})
+    def post(self, request: Request, *args: Any, **kwargs: Any) -> Response:
+        body = ApiKeyRequestSerializer(data=request.data)
+        body.is_valid(raise_exception=True)
+        data = body.validated_data
+        issued = issue_tenant_api_key(
+            principal_of(request),
+            contract_code=data["contract"],
+            sla_class=data["sla_class"],
+            quota_tokens=data["quota_tokens"],
+            name=data["name"],
+        )
+        answer = {**ApiKeySerializer(issued.api_key).data, "api_key": issued.secret}
+        return Response(answer, status=status.HTTP_201_CREATED)
+
+
+class ApiKeyRevokeView(APIView):
+    """Revoke one of the tenant's keys by its prefix (another tenant's answers 404)."""
+
+    write_roles = WRITE_DEVELOPER
+
+    @extend_schema(request=None, responses={200: ApiKeySerializer})
+    def post(self, request: Request, prefix: str) -> Response:
+        api_key = revoke_api_key(prefix, tenant_id=principal_of(request).tenant_id)
+        return Response(ApiKeySerializer(api_key).data)

@@ -1,0 +1,133 @@
+"""Quota leases for agents: POST /v1/entitlements/leases and POST /v1/entitlements/leases/<id>/settle.
+
+The agent signs each request as it signs the snapshot request (compute_agents.protocol), the body's
+SHA-256 included; the signature is the authentication, so no session or CSRF applies.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+import uuid
+from datetime import datetime
+from typing import Any
+
+from django.http import HttpRequest, JsonResponse
+from django.utils import timezone
+from django.views.decorators.csrf import csrf_exempt
+from django.views.decorators.http import require_POST
+from rest_framework import serializers
+
+from agents.models import AgentKey
+from agents.selectors import key_with_agent
+from compute_agents import protocol
+from config.errors import ApiError, error_response
+from treemeter_records import public_key_from_b64
+
+from .leases import LeaseAnswer, grant_lease, lease_state, settle_lease
+
+REQUEST_WINDOW_NS = 300 * 10**9
+
+
+class GrantSerializer(serializers.Serializer):
+    key_hash = serializers.RegexField(r"^[0-9a-f]{64}$")
+    period = serializers.CharField(max_length=7)
+    tokens = serializers.IntegerField(min_value=1, max_value=2**62)
+    min_tokens = serializers.IntegerField(min_value=1, max_value=2**62)
+    request_id = serializers.CharField(min_length=8, max_length=64)
+
+
+class SettleSerializer(serializers.Serializer):
+    seq = serializers.IntegerField(min_value=1, max_value=2**62)
+    spent_tokens = serializers.IntegerField(min_value=0, max_value=2**62)
+    final = serializers.BooleanField()
+
+
+def signed_agent_key(request: HttpRequest) -> AgentKey | JsonResponse:
+    """The agent key that signed this request (method, path, timestamp, and the body unless it is a GET),
+    or the 401 answer."""
+    agent_id = request.headers.get(protocol.HEADER_AGENT, "")
+    key_id = request.headers.get(protocol.HEADER_KEY_ID, "")
+    signature = request.headers.get(protocol.HEADER_SIGNATURE, "")
+    try:
+        timestamp = int(request.headers.get(protocol.HEADER_TIMESTAMP, ""))
+    except ValueError:
+        return error_response(
+            401, "bad_request_signature", f"Unsigned: {protocol.HEADER_TIMESTAMP} must be Unix ns."
+        )
+    if abs(time.time_ns() - timestamp) > REQUEST_WINDOW_NS:
+        return error_response(401, "stale_request", "The request timestamp is more than 300 s off.")
+    agent_key = key_with_agent(key_id)
+    if (
+        agent_key is None
+        or agent_key.revoked_at is not None
+        or not agent_key.agent.active
+        or agent_key.agent.agent_id != agent_id
+        or not protocol.verify_request(
+            public_key_from_b64(agent_key.public_key),
+            signature,
+            request.method or "",
+            request.path,
+            timestamp,
+            None if request.method == "GET" else request.body,
+        )
+    ):
+        return error_response(
+            401, "bad_request_signature", "Unknown agent key or a signature that does not verify."
+        )
+    return agent_key
+
+
+def _validated(request: HttpRequest, serializer_class: type[serializers.Serializer]) -> dict[str, Any]:
+    try:
+        data = json.loads(request.body)
+    except ValueError:
+        raise ApiError("invalid_json", "The body must be a JSON object.") from None
+    serializer = serializer_class(data=data if isinstance(data, dict) else {})
+    if not serializer.is_valid():
+        raise ApiError("invalid_lease_request", "The request has invalid fields.", serializer.errors)
+    return dict(serializer.validated_data)
+
+
+def _lease_body(answer: LeaseAnswer, now: datetime) -> dict[str, Any]:
+    lease = answer.lease
+    return {
+        "lease": str(lease.id),
+        "period": answer.quota_period.period,
+        "state": lease_state(lease, now),
+        "granted_tokens": lease.granted_tokens,
+        "spent_tokens": lease.spent_tokens,
+        "charged_tokens": lease.charged_tokens,
+        "report_seq": lease.report_seq,
+        "expires_at": lease.expires_at.isoformat(),
+        "expires_in_s": max(0.0, (lease.expires_at - now).total_seconds()),
+        "quota_tokens": answer.quota_tokens,
+        "remaining_tokens": answer.remaining_tokens,
+        "applied": answer.applied,
+    }
+
+
+@csrf_exempt
+@require_POST
+def grant(request: HttpRequest) -> JsonResponse:
+    agent_key = signed_agent_key(request)
+    if isinstance(agent_key, JsonResponse):
+        return agent_key
+    try:
+        answer = grant_lease(agent_key, **_validated(request, GrantSerializer))
+    except ApiError as error:
+        return error_response(getattr(error, "http_status", 400), error.code, error.message, error.details)
+    return JsonResponse(_lease_body(answer, timezone.now()), status=201 if answer.created else 200)
+
+
+@csrf_exempt
+@require_POST
+def settle(request: HttpRequest, lease_id: uuid.UUID) -> JsonResponse:
+    agent_key = signed_agent_key(request)
+    if isinstance(agent_key, JsonResponse):
+        return agent_key
+    try:
+        answer = settle_lease(agent_key, lease_id, **_validated(request, SettleSerializer))
+    except ApiError as error:
+        return error_response(getattr(error, "http_status", 400), error.code, error.message, error.details)
+    return JsonResponse(_lease_body(answer, timezone.now()))

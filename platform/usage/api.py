@@ -1,0 +1,223 @@
+"""Usage dashboard API: thin GET views over usage.selectors, scoped to the caller's tenant.
+
+Every view answers JSON in the shapes the portal charts read; the `X-Usage-Source` header says whether
+the answer came from the stored rollups (`rollup`) or from the raw records (`raw`).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+from drf_spectacular.utils import extend_schema, inline_serializer
+from rest_framework import serializers
+from rest_framework.request import Request
+from rest_framework.response import Response
+from rest_framework.views import APIView
+
+from accounts.access import principal_of
+
+from . import selectors
+
+DEFAULT_DAYS = 30
+MAX_RANGE = timedelta(days=366)
+# Records are stored with times ClickHouse's DateTime covers (1970 to 2106); queries stay within it.
+EARLIEST = datetime(1970, 1, 1, tzinfo=UTC) + MAX_RANGE
+LATEST = datetime(2100, 1, 1, tzinfo=UTC)
+_DATE_FORMATS = ["iso-8601", "%Y-%m-%d"]  # rest_framework.ISO_8601, then a bare date
+
+
+class UsageQuerySerializer(serializers.Serializer):
+    """The filters every usage endpoint takes. Times are ISO 8601 (a date means its UTC midnight; no
+    offset means UTC). Default: the last 30 UTC days, today included."""
+
+    start = serializers.DateTimeField(required=False, input_formats=_DATE_FORMATS, default_timezone=UTC)
+    end = serializers.DateTimeField(required=False, input_formats=_DATE_FORMATS, default_timezone=UTC)
+    contract = serializers.CharField(required=False, max_length=64)
+    package = serializers.CharField(required=False, max_length=64)
+    tenant = serializers.CharField(required=False, max_length=64, help_text="Staff only: one tenant's usage.")
+
+    def validate(self, attrs: dict[str, Any]) -> dict[str, Any]:
+        start, end = attrs.get("start"), attrs.get("end")
+        for name, value in (("start", start), ("end", end)):
+            if value is not None and not EARLIEST <= value <= LATEST:
+                raise serializers.ValidationError(
+                    {name: f"Times lie between {EARLIEST.date()} and {LATEST.date()}."}, code="out_of_range"
+                )
+        if end is None:
+            end = start + timedelta(days=DEFAULT_DAYS) if start else _tomorrow()
+        if start is None:
+            start = end - timedelta(days=DEFAULT_DAYS)
+        if start >= end:
+            raise serializers.ValidationError({"end": "end must be after start."}, code="invalid_range")
+        if end - start > MAX_RANGE:
+            raise serializers.ValidationError(
+                {"end": f"A query covers at most {MAX_RANGE.days} days."}, code="range_too_long"
+            )
+        return {**attrs, "start": start, "end": end}
+
+
+def _tomorrow() -> datetime:
+    now = datetime.now(UTC)
+    return datetime(now.year, now.month, now.day, tzinfo=UTC) + timedelta(days=1)
+
+
+class TimeseriesQuery(UsageQuerySerializer):
+    dimension = serializers.ChoiceField(choices=list(selectors.DIMENSIONS))
+    interval = serializers.ChoiceField(choices=list(selectors.INTERVALS), default="day")
+
+
+class RoutingQuery(UsageQuerySerializer):
+    interval = serializers.ChoiceField(choices=list(selectors.INTERVALS), default="day")
+
+
+class BreakdownQuery(UsageQuerySerializer):
+    by = serializers.ChoiceField(choices=list(selectors.BREAKDOWN_KEYS))
+
+
+def _answer(
+    request: Request,
+    query_class: type[UsageQuerySerializer],
+    read: Callable[[selectors.UsageFilter, Any, dict[str, Any]], selectors.Answer],
+) -> Response:
+    params = query_class(data=request.query_params.dict())
+    params.is_valid(raise_exception=True)
+    data = params.validated_data
+    usage, contracts = selectors.scoped_filter(
+        principal_of(request),
+        data["start"],
+        data["end"],
+        tenant=data.get("tenant"),
+        contract=data.get("contract"),
+        package=data.get("package"),
+    )
+    answer = read(usage, contracts, data)
+    return Response(answer.body, headers={"X-Usage-Source": "rollup" if answer.from_rollup else "raw"})
+
+
+def _decimal() -> serializers.Field:
+    return serializers.CharField(help_text="A decimal number as a string.")
+
+
+def _ratio() -> serializers.Field:
+    return serializers.CharField(allow_null=True, help_text="Fixed decimals; null when undefined.")
+
+
+def _ms() -> serializers.Field:
+    return serializers.CharField(allow_null=True, help_text="Milliseconds, 3 decimals; null without traffic.")
+
+
+TimeseriesAnswer = inline_serializer(
+    "UsageTimeseries",
+    {
+        "dimension": serializers.CharField(),
+        "interval": serializers.CharField(),
+        "series": inline_serializer(
+            "UsageSeries",
+            {
+                "package": serializers.CharField(),
+                "points": serializers.ListField(
+                    child=serializers.ListField(child=serializers.CharField()), help_text="[ISO time, value]"
+                ),
+            },
+            many=True,
+        ),
+    },
+)
+ExpertsAnswer = inline_serializer(
+    "UsageExperts",
+    {
+        "layers": serializers.IntegerField(),
+        "experts": serializers.IntegerField(),
+        "cells": serializers.ListField(
+            child=serializers.ListField(child=serializers.IntegerField()), help_text="[layer, expert, tokens]"
+        ),
+    },
+)
+RoutingAnswer = inline_serializer(
+    "UsageRouting",
+    {
+        "points": serializers.ListField(
+            child=serializers.ListField(child=serializers.CharField(allow_null=True)),
+            help_text="[ISO time, avg hops, cache hit rate]",
+        ),
+        "totals": inline_serializer(
+            "UsageRoutingTotals",
+            {"requests": serializers.IntegerField(), "avg_hops": _ratio(), "cache_hit_rate": _ratio()},
+        ),
+    },
+)
+LatencyAnswer = inline_serializer(
+    "UsageLatency",
+    {
+        "layers": inline_serializer(
+            "LatencyLayers",
+            {
+                layer: inline_serializer(f"Latency{layer.title()}", {p: _ms() for p in selectors.PERCENTILES})
+                for layer in selectors.LATENCY_LAYERS
+            },
+        ),
+        "sla": inline_serializer(
+            "LatencyObjective",
+            {
+                "policy": serializers.CharField(),
+                "objective": serializers.CharField(),
+                "layer": serializers.ChoiceField(choices=list(selectors.LATENCY_LAYERS)),
+                "threshold_ms": _decimal(),
+                "target_percent": _decimal(),
+                "contracts": serializers.ListField(child=serializers.CharField()),
+            },
+            many=True,
+        ),
+    },
+)
+BreakdownAnswer = inline_serializer(
+    "UsageBreakdown",
+    {
+        "by": serializers.CharField(),
+        "rows": inline_serializer(
+            "UsageBreakdownRow",
+            {"key": serializers.CharField(), **{name: _decimal() for name in selectors.BREAKDOWN_DIMENSIONS}},
+            many=True,
+        ),
+    },
+)
+
+
+class TimeseriesView(APIView):
+    @extend_schema(parameters=[TimeseriesQuery], responses={200: TimeseriesAnswer})
+    def get(self, request: Request) -> Response:
+        return _answer(
+            request,
+            TimeseriesQuery,
+            lambda usage, _, data: selectors.timeseries(usage, data["dimension"], data["interval"]),
+        )
+
+
+class ExpertsView(APIView):
+    @extend_schema(parameters=[UsageQuerySerializer], responses={200: ExpertsAnswer})
+    def get(self, request: Request) -> Response:
+        return _answer(request, UsageQuerySerializer, lambda usage, _, data: selectors.experts(usage))
+
+
+class RoutingView(APIView):
+    @extend_schema(parameters=[RoutingQuery], responses={200: RoutingAnswer})
+    def get(self, request: Request) -> Response:
+        return _answer(
+            request, RoutingQuery, lambda usage, _, data: selectors.routing(usage, data["interval"])
+        )
+
+
+class LatencyView(APIView):
+    @extend_schema(parameters=[UsageQuerySerializer], responses={200: LatencyAnswer})
+    def get(self, request: Request) -> Response:
+        return _answer(
+            request, UsageQuerySerializer, lambda usage, contracts, data: selectors.latency(usage, contracts)
+        )
+
+
+class BreakdownView(APIView):
+    @extend_schema(parameters=[BreakdownQuery], responses={200: BreakdownAnswer})
+    def get(self, request: Request) -> Response:
+        return _answer(request, BreakdownQuery, lambda usage, _, data: selectors.breakdown(usage, data["by"]))

@@ -1,0 +1,395 @@
+"""Reads for the usage dashboard: time series, expert heatmap, routing, latency and breakdowns.
+
+Every query reads an hourly rollup (`usage_hourly`, `usage_experts_daily`; clickhouse_store.schema)
+when the period's bounds fall on its grain, and otherwise computes the same rollup on the fly from the
+deduplicated raw records (`query.RECORDS`) restricted to the exact period. Both paths then run the same
+outer query, so they answer alike; tests/usage prove the stored rollups equal the raw records.
+
+Duplicates: ingest keeps copies out of usage_records (per-agent sequence ranges; a retried insert is
+dropped by its insert_deduplication_token, and the rollup tables keep the same deduplication window,
+so the views drop the retried block too). A copy that still gets in (re-sent under a new token after
+a lost PostgreSQL commit) is collapsed by FINAL on the raw table, but a rollup counts it:
+`rollup_differences` finds such days and `usage.services.rebuild_rollups` recomputes them
+(`manage.py usage_rollups`).
+
+Latency percentiles are ClickHouse `quantiles` (reservoir of 8192 values per state): exact with fewer
+served requests per query than that, an estimate above. Only served (`ok`) requests count, as in SLA.
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+from datetime import UTC, date, datetime, time, timedelta
+from decimal import ROUND_HALF_UP, Decimal
+from typing import Any
+
+from django.db.models import QuerySet
+
+from accounts.access import Principal
+from accounts.models import Tenant
+from catalog.models import ComputePackage
+from clickhouse_store import query
+from clickhouse_store.schema import (
+    LATENCY_QUANTILES,
+    USAGE_EXPERTS_DAILY,
+    USAGE_HOURLY,
+    USAGE_HOURLY_SUMS,
+    usage_experts_daily_select,
+    usage_hourly_select,
+)
+from config.errors import ApiError
+from contracts.models import Contract
+from sla.models import Objective, SlaPolicy
+
+# Dashboard dimension → (rollup column, divisor, decimal places of the answer).
+DIMENSIONS: dict[str, tuple[str, Decimal, int]] = {
+    "requests": ("requests", Decimal(1), 0),
+    "tokens_in": ("tokens_in", Decimal(1), 0),
+    "tokens_out": ("tokens_out", Decimal(1), 0),
+    "cached_tokens": ("cached_tokens", Decimal(1), 0),
+    "expert_tokens": ("expert_tokens", Decimal(1), 0),
+    "l3_seconds": ("l3_us", Decimal(1_000_000), 6),
+}
+# Breakdowns total these: the dashboard dimensions plus the routing counters.
+BREAKDOWN_DIMENSIONS: dict[str, tuple[str, Decimal, int]] = {
+    **DIMENSIONS,
+    "routing_hops": ("hops", Decimal(1), 0),
+    "expert_cache_hits": ("expert_cache_hits", Decimal(1), 0),
+    "expert_cache_misses": ("expert_cache_misses", Decimal(1), 0),
+}
+INTERVALS: dict[str, timedelta] = {"hour": timedelta(hours=1), "day": timedelta(days=1)}
+BREAKDOWN_KEYS: dict[str, str] = {"contract": "contract", "package": "package", "day": "toDate(hour)"}
+LATENCY_LAYERS: dict[str, str] = {"L1": "lat_l1", "L2": "lat_l2", "L3": "lat_l3", "total": "lat_total"}
+SLA_LAYERS = {"e2e": "total", "l1": "L1", "l2": "L2", "l3": "L3"}
+PERCENTILES = ("p50_ms", "p95_ms", "p99_ms")  # the order of schema.LATENCY_QUANTILES
+AVG_HOPS_PLACES = Decimal("0.001")
+RATE_PLACES = Decimal("0.0001")
+MS_PLACES = Decimal("0.001")
+
+
+@dataclass(frozen=True)
+class UsageFilter:
+    """Which records a dashboard query covers: a tenant (None = every tenant, staff only), optionally
+    one contract and one package, over [start, end) in UTC."""
+
+    tenant: str | None
+    start: datetime
+    end: datetime
+    contract: str | None = None
+    package: str | None = None
+    # False: always compute from the raw records (to compare or time both paths).
+    rollups: bool = True
+
+    def on_grain(self, grain: timedelta) -> bool:
+        """Whether the stored rollups may answer: both bounds fall on their grain (hour or day)."""
+        epoch = datetime(1970, 1, 1, tzinfo=UTC)
+        bounds = (self.start, self.end)
+        return self.rollups and all((instant - epoch) % grain == timedelta(0) for instant in bounds)
+
+    def conditions(self, time_column: str, time_type: str) -> tuple[str, dict[str, Any]]:
+        """A WHERE condition and its bound parameters (the SQL text holds our own constants only)."""
+        parts = [f"{time_column} >= {{start:{time_type}}}", f"{time_column} < {{end:{time_type}}}"]
+        params: dict[str, Any] = {"start": self.start, "end": self.end}
+        for column, value in (
+            ("tenant", self.tenant),
+            ("contract", self.contract),
+            ("package", self.package),
+        ):
+            if value is not None:
+                parts.append(f"{column} = {{{column}:String}}")
+                params[column] = value
+        return " AND ".join(parts), params
+
+
+def _hourly_source(usage: UsageFilter, *, served_only: bool = False) -> tuple[str, dict[str, Any], bool]:
+    """FROM clause with hourly rows (stored rollup or computed from raw), its params, and whether it is
+    the stored rollup. `served_only`: the rows of served (`ok`) requests only."""
+    served = " AND status = 'ok'" if served_only else ""
+    if usage.on_grain(INTERVALS["hour"]):
+        where, params = usage.conditions("hour", "DateTime('UTC')")
+        return f"{USAGE_HOURLY} WHERE {where}{served}", params, True
+    where, params = usage.conditions("start_time", "DateTime64(9, 'UTC')")
+    return f"({usage_hourly_select(query.RECORDS, where + served)})", params, False
+
+
+def _experts_source(usage: UsageFilter) -> tuple[str, dict[str, Any], bool]:
+    if usage.on_grain(INTERVALS["day"]):
+        where, params = usage.conditions("day", "Date")
+        params.update(start=usage.start.date(), end=usage.end.date())
+        return f"{USAGE_EXPERTS_DAILY} WHERE {where}", params, True
+    where, params = usage.conditions("start_time", "DateTime64(9, 'UTC')")
+    return f"({usage_experts_daily_select(query.RECORDS, where)})", params, False
+
+
+def _utc(instant: datetime) -> datetime:
+    """ClickHouse hands back naive datetimes for UTC columns."""
+    return instant if instant.tzinfo else instant.replace(tzinfo=UTC)
+
+
+def _fixed(value: Decimal, places: int) -> str:
+    return f"{value.quantize(Decimal(1).scaleb(-places), rounding=ROUND_HALF_UP):f}"
+
+
+def _quantity(raw: int, divisor: Decimal, places: int) -> str:
+    return _fixed(Decimal(int(raw)) / divisor, places)
+
+
+def _ratio(numerator: int, denominator: int, places: Decimal) -> str | None:
+    if not denominator:
+        return None
+    return f"{(Decimal(int(numerator)) / Decimal(int(denominator))).quantize(places, ROUND_HALF_UP):f}"
+
+
+def _buckets(usage: UsageFilter, interval: str) -> list[datetime]:
+    """Every bucket start from the one holding `start` up to `end` (the time series is zero-filled)."""
+    step = INTERVALS[interval]
+    first = usage.start.replace(minute=0, second=0, microsecond=0)
+    if interval == "day":
+        first = first.replace(hour=0)
+    buckets = []
+    while first < usage.end:
+        buckets.append(first)
+        first += step
+    return buckets
+
+
+def _bucket_sql(interval: str) -> str:
+    return "toStartOfDay(hour, 'UTC')" if interval == "day" else "hour"
+
+
+@dataclass(frozen=True)
+class Answer:
+    """A dashboard answer and whether it came from the stored rollups."""
+
+    body: dict[str, Any]
+    from_rollup: bool
+
+
+def timeseries(usage: UsageFilter, dimension: str, interval: str) -> Answer:
+    """Per package, the dimension's total per hour or day, zero-filled, as decimal strings."""
+    column, divisor, places = DIMENSIONS[dimension]
+    source, params, rollup = _hourly_source(usage)
+    rows = query.select(
+        f"SELECT package, {_bucket_sql(interval)} AS bucket, sum({column}) FROM {source} "  # noqa: S608
+        "GROUP BY package, bucket ORDER BY package, bucket",
+        params,
+    )
+    totals: dict[str, dict[datetime, int]] = defaultdict(dict)
+    for package, bucket, value in rows:
+        totals[package][_utc(bucket)] = value
+    buckets = _buckets(usage, interval)
+    series = [
+        {
+            "package": package,
+            "points": [
+                [bucket.isoformat(), _quantity(values.get(bucket, 0), divisor, places)] for bucket in buckets
+            ],
+        }
+        for package, values in totals.items()
+    ]
+    return Answer({"dimension": dimension, "interval": interval, "series": series}, rollup)
+
+
+def experts(usage: UsageFilter) -> Answer:
+    """Tokens routed to each (layer, expert): the activation heatmap."""
+    source, params, rollup = _experts_source(usage)
+    rows = query.select(
+        f"SELECT layer, expert, sum(tokens) FROM {source} "  # noqa: S608
+        "GROUP BY layer, expert ORDER BY layer, expert",
+        params,
+    )
+    cells = [[int(layer), int(expert), int(tokens)] for layer, expert, tokens in rows]
+    return Answer(
+        {
+            "layers": max((c[0] for c in cells), default=-1) + 1,
+            "experts": max((c[1] for c in cells), default=-1) + 1,
+            "cells": cells,
+        },
+        rollup,
+    )
+
+
+def routing(usage: UsageFilter, interval: str) -> Answer:
+    """Average routing hops per request and expert-cache hit rate, per bucket and in total."""
+    source, params, rollup = _hourly_source(usage)
+    rows = query.select(
+        f"SELECT {_bucket_sql(interval)} AS bucket, sum(requests), sum(hops), "  # noqa: S608
+        f"sum(expert_cache_hits), sum(expert_cache_misses) FROM {source} GROUP BY bucket ORDER BY bucket",
+        params,
+    )
+    points = []
+    total = [0, 0, 0, 0]
+    for bucket, requests, hops, hits, misses in rows:
+        points.append(
+            [
+                _utc(bucket).isoformat(),
+                _ratio(hops, requests, AVG_HOPS_PLACES),
+                _ratio(hits, hits + misses, RATE_PLACES),
+            ]
+        )
+        total = [t + int(v) for t, v in zip(total, (requests, hops, hits, misses), strict=True)]
+    requests, hops, hits, misses = total
+    totals = {
+        "requests": requests,
+        "avg_hops": _ratio(hops, requests, AVG_HOPS_PLACES),
+        "cache_hit_rate": _ratio(hits, hits + misses, RATE_PLACES),
+    }
+    return Answer({"points": points, "totals": totals}, rollup)
+
+
+def _ms(micros: float) -> str:
+    return f"{(Decimal(repr(float(micros))) / 1000).quantize(MS_PLACES, ROUND_HALF_UP):f}"
+
+
+def latency(usage: UsageFilter, contracts: Sequence[Contract]) -> Answer:
+    """p50/p95/p99 latency per layer and end to end of served requests, with the latency objectives of
+    the SLA terms that govern `contracts` (the contracts the filter covers)."""
+    source, params, rollup = _hourly_source(usage, served_only=True)
+    merges = ", ".join(f"quantilesMerge({LATENCY_QUANTILES})({c})" for c in LATENCY_LAYERS.values())
+    (row,) = query.select(f"SELECT sum(requests), {merges} FROM {source}", params)  # noqa: S608
+    served, *states = row
+    layers = {
+        layer: {
+            name: (_ms(value) if served else None) for name, value in zip(PERCENTILES, values, strict=True)
+        }
+        for layer, values in zip(LATENCY_LAYERS, states, strict=True)
+    }
+    return Answer({"layers": layers, "sla": latency_objectives(contracts)}, rollup)
+
+
+def latency_objectives(contracts: Iterable[Contract]) -> list[dict[str, Any]]:
+    """The latency objectives governing the contracts: each contract's own SLA policy, else its
+    package's (as sla.terms.policy_for), one entry per objective with the contracts it governs."""
+    contracts = list(contracts)
+    policies = list(
+        SlaPolicy.objects.filter(contract__in=contracts)
+        | SlaPolicy.objects.filter(package_id__in={c.package_id for c in contracts})
+    )
+    own = {p.contract_id: p for p in policies if p.contract_id is not None}
+    by_package = {p.package_id: p for p in policies if p.package_id is not None}
+    governed: dict[int, list[str]] = defaultdict(list)
+    for contract in sorted(contracts, key=lambda c: c.code):
+        policy = own.get(contract.pk) or by_package.get(contract.package_id)
+        if policy is not None:
+            governed[policy.pk].append(contract.code)
+    objectives = Objective.objects.filter(policy_id__in=governed, kind=Objective.Kind.LATENCY)
+    objectives = objectives.select_related("policy")
+    return [
+        {
+            "policy": objective.policy.name,
+            "objective": objective.name,
+            "layer": SLA_LAYERS[objective.layer],
+            "threshold_ms": f"{objective.threshold_ms:f}",
+            "target_percent": f"{objective.target_percent:f}",
+            "contracts": governed[objective.policy_id],
+        }
+        for objective in objectives.order_by("policy__name", "id")
+    ]
+
+
+def breakdown(usage: UsageFilter, by: str) -> Answer:
+    """Totals of every dimension per contract, package or UTC day, as decimal strings."""
+    source, params, rollup = _hourly_source(usage)
+    sums = ", ".join(f"sum({column})" for column, _, _ in BREAKDOWN_DIMENSIONS.values())
+    rows = query.select(
+        f"SELECT {BREAKDOWN_KEYS[by]} AS key, {sums} FROM {source} GROUP BY key ORDER BY key",  # noqa: S608
+        params,
+    )
+    out = []
+    for key, *values in rows:
+        entry: dict[str, Any] = {"key": key.isoformat() if isinstance(key, date) else key}
+        for name, value in zip(BREAKDOWN_DIMENSIONS, values, strict=True):
+            _, divisor, places = BREAKDOWN_DIMENSIONS[name]
+            entry[name] = _quantity(value, divisor, places)
+        out.append(entry)
+    return Answer({"by": by, "rows": out}, rollup)
+
+
+def rollup_differences(start: date, end: date) -> list[dict[str, Any]]:
+    """(tenant, contract, day) keys over [start, end) whose stored hourly rollup differs from the raw
+    records (compared on every summed column), with both sides; [] when they agree."""
+    columns = [name for name, _ in USAGE_HOURLY_SUMS]
+    sums = ", ".join(f"sum({c}) AS {c}" for c in columns)
+    raw_rows = usage_hourly_select(
+        query.RECORDS,
+        "start_time >= {start_time:DateTime64(9, 'UTC')} AND start_time < {end_time:DateTime64(9, 'UTC')}",
+    )
+    stored, raw = (
+        f"SELECT tenant, contract, toDate(hour) AS day, {sums} FROM ({source}) "  # noqa: S608
+        "WHERE day >= {start:Date} AND day < {end:Date} GROUP BY tenant, contract, day"
+        for source in (f"SELECT * FROM {USAGE_HOURLY}", raw_rows)  # noqa: S608
+    )
+    differs = " OR ".join(f"s.{c} != r.{c}" for c in columns)
+    sql = (
+        f"SELECT tenant, contract, day, {', '.join(f's.{c}' for c in columns)}, "  # noqa: S608
+        f"{', '.join(f'r.{c}' for c in columns)} "
+        f"FROM ({stored}) AS s FULL OUTER JOIN ({raw}) AS r USING (tenant, contract, day) "
+        f"WHERE {differs} ORDER BY tenant, contract, day"
+    )
+    params = {
+        "start": start,
+        "end": end,
+        "start_time": datetime.combine(start, time(), UTC),
+        "end_time": datetime.combine(end, time(), UTC),
+    }
+    width = len(columns)
+    return [
+        {
+            "tenant": tenant,
+            "contract": contract,
+            "day": day,
+            "rollup": dict(zip(columns, values[:width], strict=True)),
+            "raw": dict(zip(columns, values[width:], strict=True)),
+        }
+        for tenant, contract, day, *values in query.select(sql, params)
+    ]
+
+
+class TenantNotFound(ApiError):
+    http_status = 404
+
+
+class ContractNotFound(ApiError):
+    http_status = 404
+
+
+class UnknownPackage(ApiError):
+    http_status = 400
+
+
+def scoped_filter(
+    principal: Principal,
+    start: datetime,
+    end: datetime,
+    *,
+    tenant: str | None = None,
+    contract: str | None = None,
+    package: str | None = None,
+) -> tuple[UsageFilter, QuerySet[Contract]]:
+    """The filter a principal may run, and the contracts it covers (lazy: only latency reads them).
+
+    A customer sees its own tenant only: naming another tenant, or another tenant's contract, answers
+    404 as for one that does not exist. Staff see every tenant, or the one named.
+    """
+    if principal.is_staff:
+        if tenant is not None and not Tenant.objects.filter(code=tenant).exists():
+            raise TenantNotFound("tenant_not_found", f"No tenant {tenant!r}.", {"tenant": tenant})
+    elif tenant is not None and tenant != principal.tenant_code:
+        raise TenantNotFound("tenant_not_found", f"No tenant {tenant!r}.", {"tenant": tenant})
+    else:
+        tenant = principal.tenant_code
+    if package is not None and not ComputePackage.objects.filter(code=package).exists():
+        raise UnknownPackage("unknown_package", f"No compute package {package!r}.", {"package": package})
+    contracts = Contract.objects.all()
+    if tenant is not None:
+        contracts = contracts.filter(tenant__code=tenant)
+    if contract is not None:
+        contracts = contracts.filter(code=contract)
+        if not contracts.exists():
+            raise ContractNotFound("contract_not_found", f"No contract {contract!r}.", {"contract": contract})
+    if package is not None:
+        contracts = contracts.filter(package__code=package)
+    usage = UsageFilter(tenant=tenant, start=start, end=end, contract=contract, package=package)
+    return usage, contracts.only("pk", "code", "package_id")

@@ -1,0 +1,64 @@
+"""The business events Treemeter publishes, each with a stable event id (publishing is idempotent on it).
+
+| type | event id |
+|---|---|
+| invoice.finalized, invoice.paid | `<type>:<invoice id>` |
+| dispute.updated | `dispute.updated:<dispute id>:<action>` (opened, rejected, accepted, excluded) |
+| quota.exhausted | `quota.exhausted:<contract>:<dimension>:<YYYY-MM>` |
+| quota.exhausted (API key, leases) | `quota.exhausted:<contract>:api_key:<prefix>:<YYYY-MM>` |
+"""
+
+from __future__ import annotations
+
+from decimal import Decimal
+from typing import Any
+
+from .models import WebhookEvent
+from .services import publish_event
+
+QUANTITY = Decimal("0.000001")  # quantities as invoice lines store them
+
+
+def publish_invoice_event(event_type: str, invoice: Any) -> WebhookEvent:
+    """`invoice.finalized` or `invoice.paid` for a billing Invoice, to its tenant's endpoints."""
+    payload = {
+        "invoice": invoice.pk,
+        "number": invoice.number,
+        "contract": invoice.contract.code,
+        "status": invoice.status,
+        "period_start": invoice.period_start.isoformat(),
+        "period_end": invoice.period_end.isoformat(),
+        "currency": invoice.currency,
+        "total": str(invoice.total),
+        "amount_due": str(invoice.amount_due),
+    }
+    return publish_event(event_type, invoice.tenant, payload, f"{event_type}:{invoice.pk}")
+
+
+def publish_dispute_updated(dispute: Any, action: str) -> WebhookEvent:
+    """`dispute.updated` when a dispute is opened or resolved (`action` says which)."""
+    payload = {
+        "dispute": dispute.pk,
+        "action": action,
+        "status": dispute.status,
+        "invoice": dispute.invoice_id,
+        "line": dispute.line_id,
+        "credited": f"{Decimal(dispute.credited):.2f}",
+    }
+    return publish_event("dispute.updated", dispute.tenant, payload, f"dispute.updated:{dispute.pk}:{action}")
+
+
+def publish_quota_exhausted(
+    contract: Any, dimension: str, included: Decimal, used: Decimal, month: str
+) -> WebhookEvent:
+    """`quota.exhausted`: a contract used up a dimension's included quantity in `month` (once per month)."""
+    payload = {
+        "contract": contract.code,
+        "dimension": dimension,
+        "month": month,
+        "included": str(included.quantize(QUANTITY)),
+        "used": str(used.quantize(QUANTITY)),
+    }
+    return publish_event(
+        "quota.exhausted", contract.tenant, payload, f"quota.exhausted:{contract.code}:{dimension}:{month}"
+    )

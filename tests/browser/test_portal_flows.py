@@ -1,0 +1,184 @@
+"""The portal end to end in headless Chromium: buy a package, watch usage arrive from an agent, dispute an
+invoice line, download the PDF, and read the portal in Chinese (rendered with the CJK font)."""
+
+from __future__ import annotations
+
+import re
+import time
+from decimal import Decimal
+from typing import Any
+
+import httpx
+import pytest
+from playwright.sync_api import Page, expect
+
+from accounts.models import Role, Tenant
+from catalog.models import ComputePackage, PackagePlan, PlanPrice
+from contracts.models import Contract
+from ledger.models import Dispute
+from tests.browser.conftest import Shots, sign_in
+from tests.factories import (
+    ContractFactory,
+    ContractPriceFactory,
+    MembershipFactory,
+    TenantFactory,
+    UserFactory,
+    signing_agent,
+)
+from tests.schemathesis.tenant_data import PASSWORD, build_tenant
+
+pytestmark = [pytest.mark.usefixtures("clickhouse")]
+
+FACTORY_PASSWORD = "pw-12345"  # tests.factories.UserFactory
+CHARTS = ("chart-timeseries", "chart-experts", "chart-routing", "chart-latency")
+
+
+def member(tenant: Tenant, username: str, role: str = Role.OWNER) -> str:
+    MembershipFactory.create(tenant=tenant, role=role, user=UserFactory.create(username=username))
+    return username
+
+
+def chart_states(page: Page) -> dict[str, str | None]:
+    return {chart: page.get_by_test_id(chart).get_attribute("data-state") for chart in CHARTS}
+
+
+def wait_for_charts(page: Page) -> None:
+    page.wait_for_function(
+        """ids => ids.every(id => ['ready', 'empty', 'error'].includes(
+               document.querySelector(`[data-testid="${id}"]`).dataset.state))""",
+        arg=list(CHARTS),
+    )
+
+
+def test_an_owner_buys_a_package_and_gets_an_active_contract(page: Page, shots: Shots) -> None:
+    tenant = TenantFactory.create(code="gamma-co", name="Gamma Co")
+    package = ComputePackage.objects.create(code="chat-moe", name="Chat MoE", unit="request")
+    plan = PackagePlan.objects.create(
+        package=package, code="starter", name="Starter", currency="CNY", base_fee=Decimal("100.00")
+    )
+    PlanPrice.objects.create(
+        plan=plan, dimension="requests", unit_price=Decimal("0.05"), included_quantity=Decimal(1000)
+    )
+    sign_in(page, member(tenant, "gamma-owner"), FACTORY_PASSWORD)
+
+    page.get_by_test_id("nav-packages").click()
+    expect(page.get_by_test_id("plan-chat-moe-starter")).to_be_visible()
+    shots("catalogue")
+    page.get_by_test_id("buy-chat-moe-starter").click()
+    page.wait_for_load_state("networkidle")
+
+    contract = Contract.objects.get(tenant=tenant, package=package)
+    assert (contract.status, contract.plan_id, contract.base_fee) == ("active", plan.pk, Decimal("100.00"))
+    expect(page).to_have_url(re.compile(rf"/contracts/{re.escape(contract.code)}$"))
+    expect(page.get_by_test_id("messages")).to_contain_text(f"Contract {contract.code} is active.")
+    shots("contract after purchase")
+
+
+def test_usage_appears_after_the_agent_serves_requests(page: Page, shots: Shots, live_server: Any) -> None:
+    contract = ContractFactory.create(tenant=TenantFactory.create(code="delta-co", name="Delta Co"))
+    ContractPriceFactory.create(contract=contract, dimension="requests", unit_price=Decimal("0.05"))
+    agent = signing_agent(contract, agent_id="agent-delta")
+    sign_in(page, member(contract.tenant, "delta-owner"), FACTORY_PASSWORD)
+
+    page.get_by_test_id("nav-usage").click()
+    wait_for_charts(page)
+    assert chart_states(page)["chart-timeseries"] == "empty"
+    shots("dashboard before any request")
+
+    # The agent ships what it served: signed batches over HTTP to the live server's ingest endpoint.
+    now_ns = time.time_ns()
+    served = [agent.record(contract, start_ns=now_ns - (40 - i) * 60 * 10**9) for i in range(40)]
+    for batch in (served[:25], served[25:]):
+        answer = httpx.post(
+            f"{live_server.url}/v1/ingest/batches",
+            content=agent.batch(batch).body(),
+            headers={"Content-Type": "application/x-ndjson"},
+            timeout=60,
+        )
+        assert answer.status_code == 200, answer.text
+
+    page.reload()
+    wait_for_charts(page)
+    assert chart_states(page) == dict.fromkeys(CHARTS, "ready")
+    shots("dashboard with the served requests")
+    series = page.request.get("/v1/usage/timeseries?dimension=requests").json()["series"]
+    assert sum(Decimal(value) for s in series for _, value in s["points"]) == 40
+    experts = page.request.get("/v1/usage/experts").json()
+    # Each record routes 150 + 88 tokens to layer 0's experts 1 and 4, and 238 to layer 1's expert 2.
+    assert sorted(map(tuple, experts["cells"])) == [(0, 1, 6000), (0, 4, 3520), (1, 2, 9520)]
+
+
+def test_a_billing_member_disputes_an_invoice_line(page: Page, shots: Shots) -> None:
+    alpha = build_tenant("alpha")
+    sign_in(page, alpha.users[Role.BILLING].username, PASSWORD)
+    page.get_by_test_id("nav-invoices").click()
+    page.get_by_test_id(f"invoice-link-{alpha.invoice.pk}").click()
+    expect(page.get_by_test_id("invoice-number")).to_have_text(alpha.invoice.number or "")
+    expect(page.get_by_test_id(f"line-dispute-{alpha.line.pk}")).to_be_visible()  # disputed already
+    shots("invoice with its lines")
+
+    line = alpha.free_line
+    page.get_by_test_id(f"dispute-button-{line.pk}").click()
+    page.get_by_test_id("dispute-reason").fill("Our gateway counted 5 requests, not 6.")
+    shots("dispute form")
+    page.get_by_test_id("dispute-submit").click()
+    expect(page.get_by_test_id("dispute-opened")).to_be_visible()
+    shots("dispute opened")
+
+    dispute = Dispute.objects.get(line=line)
+    assert (dispute.status, dispute.reason, dispute.tenant_id) == (
+        "open",
+        "Our gateway counted 5 requests, not 6.",
+        alpha.tenant.pk,
+    )
+    assert dispute.evidence["records"] == 6
+    page.get_by_test_id("dispute-opened").click()
+    expect(page.get_by_text("Our gateway counted 5 requests, not 6.")).to_be_visible()
+    shots("dispute with its evidence")
+
+
+def test_a_member_downloads_the_invoice_pdf(page: Page, shots: Shots) -> None:
+    alpha = build_tenant("alpha")
+    sign_in(page, alpha.users[Role.READ_ONLY].username, PASSWORD)
+    page.goto(f"/invoices/{alpha.invoice.pk}")
+    shots("invoice page")
+
+    for test_id in ("invoice-pdf", "invoice-pdf-other"):
+        with page.expect_download() as download_info:
+            page.get_by_test_id(test_id).click()
+        download = download_info.value
+        target = shots.folder / f"{test_id}-{download.suggested_filename}"
+        download.save_as(target)
+        body = target.read_bytes()
+        assert body.startswith(b"%PDF-") and body.rstrip().endswith(b"%%EOF"), body[:40]
+        assert len(body) > 1500
+
+
+def test_the_portal_switches_to_chinese_in_the_cjk_font(page: Page, shots: Shots) -> None:
+    tenant = TenantFactory.create(code="epsilon-co", name="Epsilon Co")
+    sign_in(page, member(tenant, "epsilon-owner"), FACTORY_PASSWORD)
+    expect(page.get_by_test_id("nav-home")).to_have_text("Overview")
+    shots("overview in english")
+
+    page.get_by_test_id("language-select").select_option("zh-hans")
+    page.wait_for_load_state("networkidle")
+    expect(page.locator("html")).to_have_attribute("lang", "zh-hans")
+    expect(page.get_by_test_id("nav-home")).to_have_text("概览")
+    expect(page.get_by_test_id("nav-usage")).to_have_text("用量")
+    shots("overview in chinese")
+    assert "WenQuanYi Zen Hei" in rendering_fonts(page, '[data-testid="nav-home"]')
+
+    page.goto("/invoices/")
+    expect(page.get_by_test_id("nav-invoices")).to_have_text("发票")  # the choice sticks
+    shots("invoices in chinese")
+
+
+def rendering_fonts(page: Page, selector: str) -> list[str]:
+    """The platform fonts Chromium actually drew a node's text with (DevTools CSS domain)."""
+    cdp = page.context.new_cdp_session(page)
+    cdp.send("DOM.enable")
+    cdp.send("CSS.enable")
+    root = cdp.send("DOM.getDocument")["root"]["nodeId"]
+    node = cdp.send("DOM.querySelector", {"nodeId": root, "selector": selector})["nodeId"]
+    fonts = cdp.send("CSS.getPlatformFontsForNode", {"nodeId": node})["fonts"]
+    return [font["familyName"] for font in fonts]

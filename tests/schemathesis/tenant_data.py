@@ -1,0 +1,205 @@
+"""A tenant with a complete data set, made through the real services (and the real ingest path).
+
+Shared by the tenant-isolation test, the schemathesis run and the browser tests: a contract with prices
+and an SLA policy, usage records ingested as signed batches (so they are in ClickHouse and in the log),
+a finalised invoice with lines, a credit note, a dispute, an outcome, a customer inference API key, an
+API token per role, a webhook endpoint with an event, a delivery and an attempt, and an SLA report.
+Every identifier a tenant owns carries its `label`, so a leak is a plain substring search.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from datetime import UTC, datetime, timedelta
+from decimal import Decimal
+
+from django.contrib.auth.models import User
+from django.test import Client
+from django.utils import timezone
+
+from accounts.access import Principal
+from accounts.models import ApiToken, Membership, Role, Tenant
+from accounts.services import issue_api_token
+from billing.models import Invoice, InvoiceLine, Note, Outcome
+from billing.outcomes import declare_outcome
+from billing.periods import month_bounds
+from billing.services import finalize_invoice, generate_invoice, issue_note
+from catalog.models import ComputePackage
+from contracts.models import Contract, ContractPrice
+from entitlements.models import ApiKey
+from entitlements.services import issue_api_key
+from ledger.models import Checkpoint, Dispute
+from ledger.services import open_dispute, publish_checkpoint
+from sla.models import CreditStep, Objective, SlaPolicy, SlaReport
+from sla.services import compute_report
+from tests.factories import SigningAgent, signing_agent
+from webhooks.models import WebhookDelivery, WebhookDeliveryAttempt, WebhookEndpoint, WebhookEvent
+
+PASSWORD = "pw-isolation-1"
+MONTH = "2026-11"
+RECORDS = 6
+ROLES: tuple[str, ...] = (Role.OWNER, Role.BILLING, Role.DEVELOPER, Role.READ_ONLY)
+
+
+@dataclass
+class TenantData:
+    label: str
+    tenant: Tenant
+    package: ComputePackage
+    contract: Contract
+    agent: SigningAgent
+    record_ids: list[str]
+    invoice: Invoice
+    line: InvoiceLine  # disputed
+    free_line: InvoiceLine  # not disputed
+    credit_note: Note
+    dispute: Dispute
+    outcome: Outcome
+    api_key: ApiKey
+    api_key_secret: str
+    webhook: WebhookEndpoint
+    event: WebhookEvent
+    delivery: WebhookDelivery
+    sla_report: SlaReport
+    users: dict[str, User] = field(default_factory=dict)  # role → a signed-in member in that role
+    tokens: dict[str, str] = field(default_factory=dict)  # role → API token secret
+    token_rows: dict[str, ApiToken] = field(default_factory=dict)
+
+    def markers(self) -> list[str]:
+        """Strings only this tenant's answers may hold: its codes, numbers, references and secrets."""
+        return [
+            self.tenant.code,
+            self.contract.code,
+            self.invoice.number or "",
+            self.credit_note.number,
+            self.dispute.reason,
+            self.outcome.ref,
+            self.api_key.prefix,
+            self.webhook.url,
+            self.webhook.secret,
+            self.event.event_id,
+            *self.record_ids,
+            *(token.prefix for token in self.token_rows.values()),
+            *(user.username for user in self.users.values()),
+        ]
+
+    def client(self, role: str, *, token: bool = False) -> Client:
+        """A test client acting for this tenant in `role`: signed in (session) or with its API token."""
+        if token:
+            return Client(HTTP_AUTHORIZATION=f"Bearer {self.tokens[role]}")
+        client = Client()
+        client.force_login(self.users[role])
+        return client
+
+
+def build_tenant(label: str, *, records: int = RECORDS) -> TenantData:
+    """One tenant's complete data set. `label` is a short slug (e.g. "alpha") unique in the database."""
+    tenant = Tenant.objects.create(code=f"{label}-co", name=f"{label.title()} Co")
+    package = ComputePackage.objects.create(code=f"{label}-pkg", name=f"{label.title()} package")
+    contract = Contract.objects.create(
+        code=f"{label}-contract",
+        tenant=tenant,
+        package=package,
+        currency="CNY",
+        starts_at=datetime(2026, 1, 1, tzinfo=UTC),
+    )
+    for dimension, price in (("requests", "0.05"), ("tokens_in", "0.0002"), ("l3_seconds", "0.80")):
+        ContractPrice.objects.create(contract=contract, dimension=dimension, unit_price=Decimal(price))
+    _sla_policy(contract)
+
+    agent = signing_agent(contract, agent_id=f"agent-{label}")
+    start = int(datetime(2026, 11, 15, tzinfo=UTC).timestamp()) * 10**9
+    batch = [
+        agent.record(contract, start_ns=start + i * 10**9, client_request_id=f"{label}-req-{i}")
+        for i in range(records)
+    ]
+    answer = Client().post(
+        "/v1/ingest/batches", data=agent.batch(batch).body(), content_type="application/x-ndjson"
+    )
+    assert answer.status_code == 200, answer.content
+
+    users = {role: _member(tenant, f"{label}-{role}", role) for role in ROLES}
+    owner = Principal(tenant=tenant, role=Role.OWNER, user_id=users[Role.OWNER].pk)
+    issued = {role: issue_api_token(owner, role=role, name=f"{label} {role} token") for role in ROLES}
+
+    invoice = finalize_invoice(generate_invoice(contract.pk, *month_bounds(MONTH)))
+    publish_checkpoint(Checkpoint.Reason.MANUAL)
+    line = invoice.lines.get(dimension="requests")
+    credit_note = issue_note(
+        invoice, "credit", Decimal("0.01"), f"{label} goodwill", line=invoice.lines.first()
+    )
+    dispute = open_dispute(users[Role.OWNER], line.pk, f"{label} disputes the request count", tenant.code)
+    outcome = declare_outcome(contract, f"{label}-outcome-1", "resolved_ticket", Decimal("1"), timezone.now())
+    key = issue_api_key(contract_code=contract.code, sla_class="standard", name=f"{label} key")
+    webhook, event, delivery = _webhook(tenant, label)
+    report = compute_report(contract, MONTH, now=datetime(2026, 12, 2, tzinfo=UTC))
+
+    return TenantData(
+        label=label,
+        tenant=tenant,
+        package=package,
+        contract=contract,
+        agent=agent,
+        record_ids=[str(r["record_id"]) for r in batch],
+        invoice=invoice,
+        line=line,
+        free_line=invoice.lines.get(dimension="tokens_in"),
+        credit_note=credit_note,
+        dispute=dispute,
+        outcome=outcome,
+        api_key=key.api_key,
+        api_key_secret=key.secret,
+        webhook=webhook,
+        event=event,
+        delivery=delivery,
+        sla_report=report,
+        users=users,
+        tokens={role: token.secret for role, token in issued.items()},
+        token_rows={role: token.token for role, token in issued.items()},
+    )
+
+
+def _member(tenant: Tenant, username: str, role: str) -> User:
+    user = User.objects.create_user(username=username, password=PASSWORD)
+    Membership.objects.create(user=user, tenant=tenant, role=role)
+    return user
+
+
+def _sla_policy(contract: Contract) -> SlaPolicy:
+    policy = SlaPolicy.objects.create(name=f"SLA {contract.code}", contract=contract, time_zone="UTC")
+    availability = Objective.objects.create(
+        policy=policy, name="availability", kind="availability", target_percent=Decimal("99.9")
+    )
+    CreditStep.objects.create(
+        objective=availability, below_percent=Decimal("99.9"), credit_percent=Decimal(10)
+    )
+    Objective.objects.create(
+        policy=policy,
+        name="latency-l3",
+        kind="latency",
+        layer="l3",
+        threshold_ms=Decimal(150),
+        target_percent=Decimal(99),
+    )
+    return policy
+
+
+def _webhook(tenant: Tenant, label: str) -> tuple[WebhookEndpoint, WebhookEvent, WebhookDelivery]:
+    """An endpoint with one event, one failed delivery and its attempt (no HTTP is sent)."""
+    endpoint = WebhookEndpoint.objects.create(tenant=tenant, url=f"https://{label}.example/hooks")
+    event = WebhookEvent.objects.create(
+        event_id=f"{label}-evt-1", type="invoice.finalized", tenant=tenant, payload={"tenant": tenant.code}
+    )
+    delivery = WebhookDelivery.objects.create(
+        event=event, endpoint=endpoint, status=WebhookDelivery.Status.FAILED
+    )
+    attempted = timezone.now() - timedelta(minutes=5)
+    WebhookDeliveryAttempt.objects.create(
+        delivery=delivery,
+        number=1,
+        attempted_at=attempted,
+        status_code=500,
+        response_snippet=f"{label} receiver error",
+        duration_ms=12,
+    )
+    return endpoint, event, delivery
