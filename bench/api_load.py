@@ -2,7 +2,7 @@
 clients on the usage endpoints of a real HTTP server over loopback, for a bounded time.
 
     python -m tools.testenv -- .venv/bin/python bench/api_load.py [--records 10000000] [--tenants 100]
-        [--clients 20] [--seconds 30]
+        [--clients 20] [--seconds 30] [--modes cold,cached,live] [--ingest-every 30]
 
 Uses a fresh PostgreSQL database of its own and the chDB directory of TREEMETER_DATA_DIR. Records are
 generated inside the engine (INSERT … SELECT FROM numbers(), in 1M-row inserts, like
@@ -11,10 +11,17 @@ table is merged (OPTIMIZE … FINAL), as a settled month would be. Before the se
 (a tenant's 30-day breakdown by day) is timed from the raw records and from the rollups.
 
 The server is gunicorn with ONE gthread worker process (chDB opens a data path in one process only)
-and 16 threads; this process releases the chDB path first. Each client is a thread with a
-keep-alive connection and a tenant's API token, cycling through the dashboard's requests (the
-default period: the last 30 UTC days). Printed per endpoint and overall: requests, p50 and p95
-latency, requests/s. Target: p95 ≤ 150 ms.
+and 16 threads, with its cache in Redis (CACHE_URL, as in docker compose); this process releases the
+chDB path first. Each client is a thread with a keep-alive connection; every request takes a random
+tenant's API token and the next of the dashboard's requests (the default period: the last 30 UTC
+days). Each mode is its own server and its own timed run:
+- `cold`: the answer cache off (USAGE_ANSWER_CACHE_SECONDS=0): every request queries ClickHouse.
+- `cached`: the answer cache on (usage.cache), the data unchanged while the clients run.
+- `live`: the answer cache on, while a writer replaces each tenant's data version every
+  `--ingest-every` seconds (round robin over the tenants, through the same function ingest calls
+  after storing a batch), so answers keep being recomputed as they would under live ingest.
+Printed per mode, per endpoint and overall: requests, p50 and p95 latency, requests/s, and the share
+of answers served from the cache. Target: p95 ≤ 150 ms.
 """
 
 from __future__ import annotations
@@ -91,21 +98,58 @@ def main() -> None:
         default=60,
         help="the server's PostgreSQL CONN_MAX_AGE (settings leave Django's 0: a connection per request)",
     )
+    parser.add_argument("--modes", default="cold,cached,live", help="comma-separated: cold, cached, live")
+    parser.add_argument(
+        "--ingest-every", type=float, default=30.0, help="seconds between data changes of one tenant (live)"
+    )
     args = parser.parse_args()
+    modes = [m.strip() for m in args.modes.split(",") if m.strip()]
+    if not modes or set(modes) - set(MODES):
+        parser.error(f"--modes takes a comma-separated subset of {', '.join(MODES)}")
+    redis_url = os.environ.get("TEST_REDIS_URL")
+    if not redis_url:
+        raise SystemExit("run under tools.testenv (it provides TEST_REDIS_URL for the shared cache)")
+    os.environ["CACHE_URL"] = redis_url  # before Django starts: this process bumps the server's versions
     use_fresh_database(BENCH_DB)
     tokens = load(args.records, args.tenants)
     raw_vs_rollup()
+    from django.core.cache import cache
+
     from clickhouse_store.client import close_client
 
     close_client()  # the server process opens the chDB path next
-    port = _free_port()
-    server = start_server(port, args.threads, args.db_conn_max_age)
-    try:
-        results, elapsed = drive(port, tokens, args.clients, args.seconds)
-    finally:
-        server.terminate()
-        server.wait(timeout=30)
-    report(results, elapsed, args.clients)
+    for mode in modes:
+        cache.clear()
+        port = _free_port()
+        server = start_server(port, args.threads, args.db_conn_max_age, cached=mode != "cold")
+        stop = threading.Event()
+        writer = threading.Thread(
+            target=change_data, args=(args.tenants, args.ingest_every, stop), daemon=True
+        )
+        try:
+            if mode == "live":
+                writer.start()
+            results, elapsed = drive(port, tokens, args.clients, args.seconds)
+        finally:
+            stop.set()
+            server.terminate()
+            server.wait(timeout=30)
+        changes = f", each tenant's data replaced every {args.ingest_every:g} s" if mode == "live" else ""
+        report(results, elapsed, f"{mode} ({MODES[mode]}{changes})", args.clients)
+
+
+MODES = {"cold": "answer cache off", "cached": "answer cache on", "live": "answer cache on"}
+
+
+def change_data(tenants: int, every: float, stop: threading.Event) -> None:
+    """Replace each tenant's data version every `every` seconds, one tenant at a time, as ingest of a
+    new batch for that tenant does."""
+    from usage.cache import bump_data_versions
+
+    for number in itertools.cycle(range(tenants)):
+        if stop.wait(every / tenants):
+            return
+        bump_data_versions([f"bench-tenant-{number}"])
 
 
 def load(records: int, tenants: int) -> list[str]:
@@ -215,9 +259,10 @@ def server_app() -> object:
     return get_wsgi_application()
 
 
-def start_server(port: int, threads: int, conn_max_age: int) -> subprocess.Popen[bytes]:
+def start_server(port: int, threads: int, conn_max_age: int, *, cached: bool) -> subprocess.Popen[bytes]:
     env = {
         **os.environ,
+        "USAGE_ANSWER_CACHE_SECONDS": "600" if cached else "0",
         "PYTHONPATH": os.pathsep.join([str(ROOT / "platform"), str(ROOT)]),
         "API_RATE_USER": "1000000/min",  # the bench measures the endpoints, not the throttle
         "API_RATE_ANON": "1000000/min",
@@ -242,7 +287,7 @@ def start_server(port: int, threads: int, conn_max_age: int) -> subprocess.Popen
     raise SystemExit("the server did not start within 60 s")
 
 
-Results = dict[str, list[float]]
+Results = dict[str, list[tuple[float, bool]]]  # endpoint → (seconds, answered from the cache)
 
 
 def drive(port: int, tokens: list[str], clients: int, seconds: float) -> tuple[Results, float]:
@@ -270,7 +315,8 @@ def drive(port: int, tokens: list[str], clients: int, seconds: float) -> tuple[R
             connection.request("GET", path, headers=headers)
             response = connection.getresponse()
             response.read()
-            mine[path.split("?")[0].rsplit("/", 1)[1]].append(time.perf_counter() - sent)
+            hit = response.getheader("X-Usage-Cache") == "hit"
+            mine[path.split("?")[0].rsplit("/", 1)[1]].append((time.perf_counter() - sent, hit))
             if response.status != 200:
                 with lock:
                     errors.append(f"{path}: {response.status}")
@@ -293,22 +339,24 @@ def _ms(values: list[float], q: float) -> float:
     return statistics.quantiles(values, n=100, method="inclusive")[int(q * 100) - 1] * 1000
 
 
-def report(results: Results, elapsed: float, clients: int) -> None:
+def report(results: Results, elapsed: float, mode: str, clients: int) -> None:
     from rich.console import Console
     from rich.table import Table
 
     every = [v for values in results.values() for v in values]
-    table = Table(title=f"Usage API: {clients} concurrent clients for {elapsed:.1f} s over loopback")
-    for column in ("endpoint", "requests", "p50 ms", "p95 ms", "requests/s"):
+    table = Table(title=f"Usage API, {mode}: {clients} concurrent clients for {elapsed:.1f} s over loopback")
+    for column in ("endpoint", "requests", "p50 ms", "p95 ms", "requests/s", "from cache"):
         table.add_column(column, justify="right")
     for name, values in [*sorted(results.items()), ("overall", every)]:
+        seconds = [v for v, _ in values]
+        hits = sum(hit for _, hit in values)
         table.add_row(
-            name, f"{len(values):,}", f"{_ms(values, 0.5):.1f}", f"{_ms(values, 0.95):.1f}",
-            f"{len(values) / elapsed:.1f}",
+            name, f"{len(values):,}", f"{_ms(seconds, 0.5):.1f}", f"{_ms(seconds, 0.95):.1f}",
+            f"{len(values) / elapsed:.1f}", f"{hits / len(values):.0%}",
         )  # fmt: skip
     Console().print(table)
-    p95 = _ms(every, 0.95)
-    print(f"overall p95 {p95:.1f} ms: {'meets' if p95 <= 150 else 'misses'} the 150 ms target")
+    p95 = _ms([v for v, _ in every], 0.95)
+    print(f"{mode}: overall p95 {p95:.1f} ms: {'meets' if p95 <= 150 else 'misses'} the 150 ms target")
 
 
 if __name__ == "__main__":

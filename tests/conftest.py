@@ -38,12 +38,14 @@ def clickhouse() -> Iterator[None]:
     from clickhouse_store import query
     from clickhouse_store.migrator import apply_migrations
     from clickhouse_store.schema import ROLLUP_TABLES
+    from usage.cache import retire_every_answer
 
     if not _migrated:
         apply_migrations()
         _migrated = True
     for table in ("usage_records", *ROLLUP_TABLES):  # the rollups too: no test reads another's rows
         query.command(f"TRUNCATE TABLE {table}")
+    retire_every_answer()  # no dashboard answer cached over another test's rows
     yield
 
 

@@ -116,6 +116,7 @@ STATICFILES_DIRS = [("vendor/echarts", _ECHARTS)] if _ECHARTS.is_dir() else []
 # WhiteNoise serves static files from the app (no reverse proxy needed); from the finders as well, so
 # `make run` and tests serve them without a collectstatic step.
 WHITENOISE_USE_FINDERS = True
+STATIC_ROOT.mkdir(parents=True, exist_ok=True)  # WhiteNoise warns on every start when it is missing
 
 # ClickHouse: chdb:///<path> (in-process engine, one process per path) or http(s)://… (a server).
 CLICKHOUSE_URL = env.clickhouse_url()
@@ -205,6 +206,8 @@ CACHES = {
         else {"BACKEND": "django.core.cache.backends.locmem.LocMemCache"}
     )
 }
+# Usage-dashboard answers kept per tenant data version (usage.cache); 0 turns the cache off.
+USAGE_ANSWER_CACHE_SECONDS = env.integer("USAGE_ANSWER_CACHE_SECONDS", 600, minimum=0)
 IDEMPOTENCY_KEY_TTL_HOURS = env.integer("IDEMPOTENCY_KEY_TTL_HOURS", 24, minimum=1)
 SPECTACULAR_SETTINGS = {
     "TITLE": "Treemeter API",

@@ -36,6 +36,7 @@ from treemeter_records import (
     parse_batch,
     validate_batch_records,
 )
+from usage.cache import bump_data_versions
 
 from . import sequences
 from .models import IngestBatch, RejectedRecord, SequenceGap, SequenceRange
@@ -110,6 +111,7 @@ def ingest_batch(body: bytes, *, now: datetime | None = None) -> IngestAnswer:
                 _store(agent.agent_id, batch.header_digest, result.accepted)
             except ClickHouseError as error:  # nothing is committed: the agent retries the same batch
                 raise IngestRefused(503, "storage_unavailable", f"Usage store unavailable: {error}") from None
+            bump_data_versions({entry.tenant for entry in result.logged})
             _advance_ranges(agent, ranges, [seq for seq, _ in result.accepted])
         answer = _answer(batch.header_digest, header, result)
         saved = IngestBatch.objects.create(

@@ -1,7 +1,9 @@
 """Usage dashboard API: thin GET views over usage.selectors, scoped to the caller's tenant.
 
 Every view answers JSON in the shapes the portal charts read; the `X-Usage-Source` header says whether
-the answer came from the stored rollups (`rollup`) or from the raw records (`raw`).
+the answer came from the stored rollups (`rollup`) or from the raw records (`raw`), and `X-Usage-Cache`
+whether it was computed now (`miss`) or kept from an earlier identical question over the same data
+(`hit`; usage.cache).
 """
 
 from __future__ import annotations
@@ -10,6 +12,7 @@ from collections.abc import Callable
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
+from django.db.models import QuerySet
 from drf_spectacular.utils import extend_schema, inline_serializer
 from rest_framework import serializers
 from rest_framework.request import Request
@@ -17,8 +20,10 @@ from rest_framework.response import Response
 from rest_framework.views import APIView
 
 from accounts.access import principal_of
+from contracts.models import Contract
 
 from . import selectors
+from .cache import cached_answer
 
 DEFAULT_DAYS = 30
 MAX_RANGE = timedelta(days=366)
@@ -79,8 +84,17 @@ class BreakdownQuery(UsageQuerySerializer):
 def _answer(
     request: Request,
     query_class: type[UsageQuerySerializer],
-    read: Callable[[selectors.UsageFilter, Any, dict[str, Any]], selectors.Answer],
+    question: str,
+    read: Callable[[selectors.UsageFilter, dict[str, Any]], selectors.Answer],
+    *,
+    options: tuple[str, ...] = (),
+    add: Callable[[QuerySet[Contract]], dict[str, Any]] | None = None,
 ) -> Response:
+    """Validate the query, scope it to the caller, and answer from the cache or from ClickHouse.
+
+    `options` name the query parameters besides the filter that change the answer (part of the cache
+    key); `add` contributes PostgreSQL-side parts of the answer, computed on every call.
+    """
     params = query_class(data=request.query_params.dict())
     params.is_valid(raise_exception=True)
     data = params.validated_data
@@ -92,8 +106,14 @@ def _answer(
         contract=data.get("contract"),
         package=data.get("package"),
     )
-    answer = read(usage, contracts, data)
-    return Response(answer.body, headers={"X-Usage-Source": "rollup" if answer.from_rollup else "raw"})
+    chosen = {name: data[name] for name in options}
+    answer, hit = cached_answer(question, usage, chosen, lambda: read(usage, chosen))
+    body = {**answer.body, **add(contracts)} if add is not None else answer.body
+    headers = {
+        "X-Usage-Source": "rollup" if answer.from_rollup else "raw",
+        "X-Usage-Cache": "hit" if hit else "miss",
+    }
+    return Response(body, headers=headers)
 
 
 def _decimal() -> serializers.Field:
@@ -191,21 +211,27 @@ class TimeseriesView(APIView):
         return _answer(
             request,
             TimeseriesQuery,
-            lambda usage, _, data: selectors.timeseries(usage, data["dimension"], data["interval"]),
+            "timeseries",
+            lambda usage, o: selectors.timeseries(usage, o["dimension"], o["interval"]),
+            options=("dimension", "interval"),
         )
 
 
 class ExpertsView(APIView):
     @extend_schema(parameters=[UsageQuerySerializer], responses={200: ExpertsAnswer})
     def get(self, request: Request) -> Response:
-        return _answer(request, UsageQuerySerializer, lambda usage, _, data: selectors.experts(usage))
+        return _answer(request, UsageQuerySerializer, "experts", lambda usage, _: selectors.experts(usage))
 
 
 class RoutingView(APIView):
     @extend_schema(parameters=[RoutingQuery], responses={200: RoutingAnswer})
     def get(self, request: Request) -> Response:
         return _answer(
-            request, RoutingQuery, lambda usage, _, data: selectors.routing(usage, data["interval"])
+            request,
+            RoutingQuery,
+            "routing",
+            lambda usage, o: selectors.routing(usage, o["interval"]),
+            options=("interval",),
         )
 
 
@@ -213,11 +239,21 @@ class LatencyView(APIView):
     @extend_schema(parameters=[UsageQuerySerializer], responses={200: LatencyAnswer})
     def get(self, request: Request) -> Response:
         return _answer(
-            request, UsageQuerySerializer, lambda usage, contracts, data: selectors.latency(usage, contracts)
+            request,
+            UsageQuerySerializer,
+            "latency",
+            lambda usage, _: selectors.latency(usage),
+            add=lambda contracts: {"sla": selectors.latency_objectives(contracts)},
         )
 
 
 class BreakdownView(APIView):
     @extend_schema(parameters=[BreakdownQuery], responses={200: BreakdownAnswer})
     def get(self, request: Request) -> Response:
-        return _answer(request, BreakdownQuery, lambda usage, _, data: selectors.breakdown(usage, data["by"]))
+        return _answer(
+            request,
+            BreakdownQuery,
+            "breakdown",
+            lambda usage, o: selectors.breakdown(usage, o["by"]),
+            options=("by",),
+        )

@@ -19,7 +19,7 @@ served requests per query than that, an estimate above. Only served (`ok`) reque
 from __future__ import annotations
 
 from collections import defaultdict
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable
 from dataclasses import dataclass
 from datetime import UTC, date, datetime, time, timedelta
 from decimal import ROUND_HALF_UP, Decimal
@@ -243,9 +243,9 @@ def _ms(micros: float) -> str:
     return f"{(Decimal(repr(float(micros))) / 1000).quantize(MS_PLACES, ROUND_HALF_UP):f}"
 
 
-def latency(usage: UsageFilter, contracts: Sequence[Contract]) -> Answer:
-    """p50/p95/p99 latency per layer and end to end of served requests, with the latency objectives of
-    the SLA terms that govern `contracts` (the contracts the filter covers)."""
+def latency(usage: UsageFilter) -> Answer:
+    """p50/p95/p99 latency per layer and end to end of served requests (the SLA objectives to draw
+    against them come from `latency_objectives`)."""
     source, params, rollup = _hourly_source(usage, served_only=True)
     merges = ", ".join(f"quantilesMerge({LATENCY_QUANTILES})({c})" for c in LATENCY_LAYERS.values())
     (row,) = query.select(f"SELECT sum(requests), {merges} FROM {source}", params)  # noqa: S608
@@ -256,7 +256,7 @@ def latency(usage: UsageFilter, contracts: Sequence[Contract]) -> Answer:
         }
         for layer, values in zip(LATENCY_LAYERS, states, strict=True)
     }
-    return Answer({"layers": layers, "sla": latency_objectives(contracts)}, rollup)
+    return Answer({"layers": layers}, rollup)
 
 
 def latency_objectives(contracts: Iterable[Contract]) -> list[dict[str, Any]]:

@@ -14,6 +14,8 @@ from clickhouse_store.schema import (
     usage_hourly_select,
 )
 
+from .cache import retire_every_answer
+
 _RAW_RANGE = (
     "start_time >= {start_time:DateTime64(9, 'UTC')} AND start_time < {end_time:DateTime64(9, 'UTC')}"
 )
@@ -46,3 +48,4 @@ def rebuild_rollups(start: date, end: date) -> None:
             f"{usage_experts_daily_select(query.RECORDS, _RAW_RANGE)}{NO_INSERT_DEDUP}",
             raw,
         )
+    retire_every_answer()

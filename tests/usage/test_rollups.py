@@ -43,7 +43,7 @@ READS: dict[str, Callable[[UsageFilter], selectors.Answer]] = {
     },
     "experts": selectors.experts,
     **{f"routing {i}": partial(selectors.routing, interval=i) for i in selectors.INTERVALS},
-    "latency": partial(selectors.latency, contracts=[]),
+    "latency": selectors.latency,
     **{f"breakdown {by}": partial(selectors.breakdown, by=by) for by in selectors.BREAKDOWN_KEYS},
 }
 
