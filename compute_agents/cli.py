@@ -141,6 +141,8 @@ def _settings(args: argparse.Namespace) -> Any:
         engine=args.engine,
         quota_leases=args.quota_leases,
         lease_block_tokens=args.lease_block_tokens,
+        lease_low_water=args.lease_low_water,
+        vllm_capture=args.vllm_capture,
     )
 
 
@@ -248,6 +250,18 @@ def parser() -> argparse.ArgumentParser:
         help="take each key's quota in leases from the platform: required when several agents serve a key",
     )
     run.add_argument("--lease-block-tokens", type=int, default=4096, help="tokens asked for per lease")
+    run.add_argument(
+        "--lease-low-water",
+        type=float,
+        default=0.25,
+        help="ask for the next lease ahead when less than this fraction of a block is left (0: off)",
+    )
+    run.add_argument(
+        "--vllm-capture",
+        choices=["auto", "native", "hook"],
+        default="auto",
+        help="vLLM routing capture: native (GPU, vLLM >= 0.14), hook (CPU); auto picks native where it can",
+    )
 
     status = commands.add_parser("spool-status", help="records waiting, next seq, shipped, lag")
     status.add_argument("--data-dir", default=data_dir)

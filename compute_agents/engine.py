@@ -41,6 +41,10 @@ class Generation:
     expert_cache_misses: int = 0
 
 
+class RoutingCaptureInvalid(RuntimeError):
+    """The engine's routing for a request cannot be billed (missing, malformed, or all zeros)."""
+
+
 class Engine(Protocol):
     model_id: str
     weights_sha3: str

@@ -6,13 +6,17 @@ row lock there). ``LeasedQuotaBook`` admits a request only against tokens of a l
 - ``reserve`` takes the worst case (prompt + max_tokens) out of a held lease, under the book's lock.
   When no held lease has room, one thread per key asks the platform for a new block (the lock is not
   held across the HTTP call; the others wait for its answer, then look again).
+- Ahead of that, when what the key's held leases have left falls below the low-water mark (a fraction
+  of the block), the reservation that crossed it starts a background grant of the next block: one
+  grant in flight per key, prefetch or not, so requests only wait for a grant when nothing is left.
 - The spend of each request is charged to its lease in the spool, in the record's transaction.
 - A grant request is committed to the spool before it is sent; one whose answer never arrived (a
   crash, lost answers) is asked again with the same id, and the platform answers the same lease.
 - ``settle_once`` (a background loop) reports each lease's cumulative spend with a sequence number:
   a non-final report renews a lease in use; a final one returns the unused rest, for a lease that is
-  idle, superseded by a newer block, past its deadline or from a past month. A lease being closed
-  takes no new reservations, so the final figure cannot grow after it is sent.
+  idle, passed over for a newer block (a request did not fit in it), past its deadline or from a
+  past month. A lease being closed takes no new reservations, so the final figure cannot grow after
+  it is sent.
 - Offline, the agent serves only within the leases it holds, until their deadline (the platform's
   expiry minus a margin); then requests get 503 until the platform answers again.
 
@@ -143,6 +147,15 @@ class LeaseClient:
         return self._answer(response)
 
 
+@dataclass(frozen=True)
+class GrantCounts:
+    """Grants answered since start: on a request's path (it waited) or ahead (prefetched)."""
+
+    waited: int = 0
+    ahead: int = 0
+    prefetch_failures: int = 0  # background grants the platform could not be asked for
+
+
 @dataclass
 class HeldLease:
     spooled: SpooledLease
@@ -151,6 +164,7 @@ class HeldLease:
     deadline_ns: int
     reserved: int = 0
     closing: bool = False  # a final report is due or sent: no new reservations
+    passed_over: bool = False  # a request did not fit and took a newer lease of the key: return the rest
     active_ns: int = 0  # the last time a request used it (or when granted)
 
     @property
@@ -176,10 +190,14 @@ class LeasedQuotaBook:
         idle_s: float = 30.0,
         report_s: float = 10.0,
         retry_s: float = 1.0,
+        low_water: float = 0.25,
     ) -> None:
+        if not 0.0 <= low_water <= 1.0:
+            raise ValueError("low_water is a fraction of the block, between 0 and 1 (0: no prefetch)")
         self.spool = spool
         self.client = client
         self.block_tokens = block_tokens
+        self.low_water_tokens = int(low_water * block_tokens)
         self.margin_s = margin_s
         self.idle_ns = int(idle_s * 1e9)
         self.report_s = report_s
@@ -194,6 +212,8 @@ class LeasedQuotaBook:
         self._asking: set[str] = set()  # grant request ids in flight
         # slot → (monotonic until, remaining tokens or None when unreachable): spares the platform a storm
         self._refused: dict[tuple[str, str], tuple[float, int | None]] = {}
+        self._prefetches: set[threading.Thread] = set()
+        self._counts = GrantCounts()
         self._wake = threading.Event()
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
@@ -217,6 +237,7 @@ class LeasedQuotaBook:
                     held = self._fitting(slot, tokens)
                     if held is not None:
                         held.reserved += tokens
+                        self._prefetch_if_low(slot, tokens)
                         return Reservation(entitlement.key_hash, period, tokens, held.spooled.lease)
                     refusal = self._refused.get(slot)
                     if refusal is not None and refusal[0] > time.monotonic():
@@ -232,13 +253,57 @@ class LeasedQuotaBook:
                 return None
 
     def _fitting(self, slot: tuple[str, str], tokens: int) -> HeldLease | None:
+        """The oldest lease of the key with room (drain old blocks before new ones); the older ones it
+        passes over are marked, and their rest returned by the settler."""
         now = time.time_ns()
-        for held in self.leases.values():  # oldest first: drain old blocks before new ones
-            if held.slot == slot and held.room(now) >= tokens:
+        skipped: list[HeldLease] = []
+        for held in self.leases.values():
+            if held.slot != slot:
+                continue
+            if held.room(now) >= tokens:
+                fresh = [s for s in skipped if not s.passed_over]
+                for older in fresh:
+                    older.passed_over = True
+                if fresh:
+                    self._wake.set()
                 return held
+            skipped.append(held)
         return None
 
-    def _fetch(self, slot: tuple[str, str], tokens: int) -> bool:
+    def _prefetch_if_low(self, slot: tuple[str, str], tokens: int) -> None:
+        """Under the lock: below the low-water mark, grant the next block in the background.
+
+        Not while a grant of the key is in flight (one per key: no duplicate grants), nor within
+        ``retry_s`` of a refusal or failure; a failed prefetch is tried again by a later reservation.
+        """
+        if self.low_water_tokens <= 0 or slot in self._fetching or self._stop.is_set():
+            return
+        refusal = self._refused.get(slot)
+        if refusal is not None and refusal[0] > time.monotonic():
+            return
+        now = time.time_ns()
+        if sum(h.room(now) for h in self.leases.values() if h.slot == slot) >= self.low_water_tokens:
+            return
+        self._fetching.add(slot)
+        thread = threading.Thread(
+            target=self._prefetch, args=(slot, tokens), name="quota-lease-prefetch", daemon=True
+        )
+        self._prefetches.add(thread)
+        thread.start()
+
+    def _prefetch(self, slot: tuple[str, str], tokens: int) -> None:
+        try:
+            if not self._fetch(slot, tokens, ahead=True):
+                log.info("lease_prefetch_refused", period=slot[1], tokens=tokens)
+        except LeaseUnavailable as error:
+            with self.cond:
+                self._counts = replace(self._counts, prefetch_failures=self._counts.prefetch_failures + 1)
+            log.warning("lease_prefetch_failed", period=slot[1], error=str(error))
+        finally:
+            with self.cond:
+                self._prefetches.discard(threading.current_thread())
+
+    def _fetch(self, slot: tuple[str, str], tokens: int, *, ahead: bool = False) -> bool:
         """Ask for a block (the lock not held); False when the quota has not `tokens` left.
 
         A request of this key left unanswered (the platform away) is asked again under its id rather
@@ -261,6 +326,12 @@ class LeasedQuotaBook:
                 self._fetching.discard(slot)
                 if held:
                     self._refused.pop(slot, None)
+                    counts = self._counts
+                    self._counts = (
+                        replace(counts, ahead=counts.ahead + 1)
+                        if ahead
+                        else replace(counts, waited=counts.waited + 1)
+                    )
                 elif refusal is not None:
                     self._refused[slot] = refusal
                 self.cond.notify_all()
@@ -343,12 +414,11 @@ class LeasedQuotaBook:
         period = quota_period(now)
         due: list[tuple[HeldLease, int, bool]] = []
         with self.cond:
-            newest = {held.slot: lease for lease, held in self.leases.items()}
-            for lease, held in self.leases.items():
+            for held in self.leases.values():
                 done = (
                     held.closing
                     or now >= held.deadline_ns
-                    or newest[held.slot] != lease
+                    or held.passed_over
                     or held.spooled.period != period
                     or now - held.active_ns >= self.idle_ns
                 )
@@ -406,11 +476,16 @@ class LeasedQuotaBook:
             self.settle_once()
 
     def close(self) -> None:
-        """Stop the loop and return every idle lease's unused rest (best effort: the platform may be away)."""
+        """Stop the loop, wait for prefetches in flight, and return every idle lease's unused rest (best
+        effort: the platform may be away)."""
         self._stop.set()
         self._wake.set()
         if self._thread is not None:
             self._thread.join()
+        with self.cond:  # no prefetch starts once _stop is set
+            prefetches = list(self._prefetches)
+        for thread in prefetches:
+            thread.join()
         with self.cond:
             for held in self.leases.values():
                 if held.reserved == 0:
@@ -421,3 +496,8 @@ class LeasedQuotaBook:
         """The leases held now (copies), for status and tests."""
         with self.cond:
             return [replace(h) for h in self.leases.values()]
+
+    def grant_counts(self) -> GrantCounts:
+        """How many grants requests waited for, how many came ahead, how many prefetches failed."""
+        with self.cond:
+            return self._counts

@@ -37,6 +37,11 @@ class AgentMetrics:
             "Expert files refused for a fingerprint mismatch",
             registry=r,
         )
+        self.routed_experts_invalid = Counter(
+            "treemeter_agent_routed_experts_invalid",
+            "Requests whose engine-reported routing was refused (all zeros, malformed): not billed",
+            registry=r,
+        )
         self.layer_latency = Histogram(
             "treemeter_agent_layer_latency_seconds",
             "Measured latency per tree layer",

@@ -37,10 +37,12 @@ class AgentSettings:
     spool_max_records: int = 100_000
     threads: int | None = None
     engine: str = "torch"  # or "vllm" (the optional extra)
+    vllm_capture: str = "auto"  # vLLM routing capture: "native" (GPU, vLLM >= 0.14), "hook" or "auto"
     # Quota leases from the platform: required when several agents serve one key. Off, the agent
     # checks each key's whole quota against its own spool (one agent per key only).
     quota_leases: bool = False
     lease_block_tokens: int = 4096
+    lease_low_water: float = 0.25  # the next block is asked for ahead below this fraction of one left
 
 
 @dataclass
@@ -93,7 +95,11 @@ def build_agent(settings: AgentSettings, seed: bytes) -> Agent:
     if settings.engine == "vllm":
         from .vllm_engine import VllmEngine
 
-        engine = VllmEngine(settings.model_dir)
+        engine = VllmEngine(
+            settings.model_dir,
+            capture=settings.vllm_capture,
+            on_invalid_capture=metrics.routed_experts_invalid.inc,
+        )
     else:
         engine = TorchEngine(
             settings.model_dir,
@@ -106,6 +112,7 @@ def build_agent(settings: AgentSettings, seed: bytes) -> Agent:
             spool,
             LeaseClient(settings.platform_url, settings.agent_id, key),
             block_tokens=settings.lease_block_tokens,
+            low_water=settings.lease_low_water,
         )
         if settings.quota_leases
         else None

@@ -23,7 +23,7 @@ import structlog
 
 from treemeter_records import make_record
 
-from .engine import Engine, Generation, expert_counts
+from .engine import Engine, Generation, RoutingCaptureInvalid, expert_counts
 from .entitlements import Entitlement, EntitlementStore, Quota, QuotaBook, Reservation
 from .expert_cache import ExpertIntegrityError
 from .leases import LeaseUnavailable
@@ -193,6 +193,15 @@ class AgentService:
                 self._record(trip, entitlement, None, "error", path, tokens_in=admitted.tokens_in)
                 raise ApiError(
                     503, "server_error", "engine_integrity", "The model's weights failed their check."
+                ) from None
+            except RoutingCaptureInvalid as error:
+                log.error("routing_capture_invalid", error=str(error))
+                self._record(trip, entitlement, None, "error", path, tokens_in=admitted.tokens_in)
+                raise ApiError(
+                    503,
+                    "server_error",
+                    "routing_capture_invalid",
+                    "The engine's routing could not be measured.",
                 ) from None
             except Exception as error:
                 log.exception("engine_failure", error=str(error))

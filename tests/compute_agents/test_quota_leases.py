@@ -23,7 +23,7 @@ from fastapi.testclient import TestClient
 from agents.services import register_agent
 from compute_agents.app import create_app
 from compute_agents.entitlements import Entitlement, EntitlementStore, quota_period
-from compute_agents.leases import LeaseClient, LeasedQuotaBook, LeaseUnavailable
+from compute_agents.leases import GrantCounts, LeaseClient, LeasedQuotaBook, LeaseUnavailable
 from compute_agents.runtime import pin_platform_key
 from compute_agents.spool import LeaseRequest, QuotaCharge, Spool
 from entitlements.models import QuotaLease, QuotaPeriod
@@ -236,6 +236,126 @@ def test_a_grant_whose_answer_never_reached_the_spool_is_recovered_by_its_reques
     assert restarted.serve(600) and not restarted.serve(500)
     restarted.book.close()
     assert ledger(issued.api_key.key_hash) == (600, 0)
+
+
+def wait_for(condition: Callable[[], bool], timeout_s: float = 10.0) -> None:
+    """Until a background grant has been answered (the book's own counts say so)."""
+    deadline = time.monotonic() + timeout_s
+    while not condition():
+        assert time.monotonic() < deadline, "the background grant did not finish in time"
+        time.sleep(0.005)
+
+
+def test_below_the_low_water_mark_the_next_block_is_granted_ahead_of_the_requests(
+    tmp_path: Path, live_server: Any
+) -> None:
+    contract = ContractFactory.create()
+    issued = issue_api_key(contract_code=contract.code, quota_tokens=10_000)
+    agent = leased_agent(
+        live_server.url, tmp_path, contract, issued.secret, "gpu-1", block_tokens=1000, low_water=0.25
+    )
+    assert all(agent.serve(100) for _ in range(7))  # 300 left: above the mark (250), nothing asked
+    assert agent.book.grant_counts() == GrantCounts(waited=1, ahead=0)
+    assert agent.serve(100)  # 200 left: this one starts the next grant in the background
+    wait_for(lambda: agent.book.grant_counts().ahead == 1)
+    assert [h.spooled.granted for h in agent.book.held()] == [1000, 1000]
+
+    agent.book.client.platform_url = UNREACHABLE  # no grant can happen on a request's path from here
+    assert [agent.serve(100) for _ in range(4)] == [True] * 4  # drains the first block, then the second
+    assert agent.book.grant_counts() == GrantCounts(waited=1, ahead=1)
+    first, second = agent.book.held()
+    assert (first.used, first.passed_over, second.used) == (1000, True, 200)
+    assert QuotaLease.objects.count() == 2 and agent.spool.lease_requests() == []
+
+    agent.book.client.platform_url = live_server.url
+    agent.book.close()  # each lease settled at exactly its spool spend
+    assert sorted(QuotaLease.objects.values_list("spent_tokens", flat=True)) == [200, 1000]
+    assert ledger(issued.api_key.key_hash) == (1200, 0) == (spool_spend(agent), 0)
+
+
+def test_with_prefetch_two_agents_with_concurrent_requests_admit_exactly_the_quota(
+    tmp_path: Path, live_server: Any
+) -> None:
+    contract = ContractFactory.create()
+    quota = 12_000
+    issued = issue_api_key(contract_code=contract.code, quota_tokens=quota)
+    agents = [
+        leased_agent(
+            live_server.url,
+            tmp_path,
+            contract,
+            issued.secret,
+            f"gpu-{n}",
+            block_tokens=700,
+            low_water=0.5,
+            report_s=0.02,
+        )
+        for n in (1, 2)
+    ]
+    spent = run_concurrently(agents, 12, lambda _: 100)
+
+    assert sum(spent.values()) == quota
+    assert [spool_spend(a) for a in agents] == [spent[a.agent_id] for a in agents]
+    assert sum(a.book.grant_counts().ahead for a in agents) > 0
+    assert ledger(issued.api_key.key_hash) == (quota, 0)
+    assert QuotaLease.objects.filter(settled_at__isnull=True).count() == 0
+    assert sum(QuotaLease.objects.values_list("spent_tokens", flat=True)) == quota
+    assert all(a.book.held() == [] for a in agents)
+
+
+def test_a_platform_outage_during_prefetch_fails_no_request_while_the_held_lease_lasts(
+    tmp_path: Path, live_server: Any
+) -> None:
+    contract = ContractFactory.create()
+    issued = issue_api_key(contract_code=contract.code, quota_tokens=10_000)
+    agent = leased_agent(
+        live_server.url,
+        tmp_path,
+        contract,
+        issued.secret,
+        "gpu-1",
+        block_tokens=1000,
+        low_water=0.5,
+        retry_s=0.0,
+    )
+    assert agent.serve(100)
+    agent.book.client.platform_url = UNREACHABLE
+    assert all(agent.serve(100) for _ in range(5))  # 400 left: the prefetch fails in the background
+    wait_for(lambda: agent.book.grant_counts().prefetch_failures == 1)
+    assert agent.serve(100)  # served from the lease; it tries the prefetch again, which fails too
+    wait_for(lambda: agent.book.grant_counts().prefetch_failures == 2)
+    assert len(agent.spool.lease_requests()) == 1  # the failed attempts share one request id
+
+    agent.book.client.platform_url = live_server.url
+    assert agent.serve(100)  # the platform is back: this reservation's prefetch gets the block
+    wait_for(lambda: agent.book.grant_counts().ahead == 1)
+    assert agent.book.grant_counts() == GrantCounts(waited=1, ahead=1, prefetch_failures=2)
+    assert [h.spooled.granted for h in agent.book.held()] == [1000, 1000]
+    assert QuotaLease.objects.count() == 2 and agent.spool.lease_requests() == []
+
+    agent.book.client.platform_url = UNREACHABLE
+    assert all(agent.serve(100) for _ in range(4))  # the rest of the old lease, then the new one
+    agent.book.client.platform_url = live_server.url
+    agent.book.close()
+    assert ledger(issued.api_key.key_hash) == (1200, 0) == (spool_spend(agent), 0)
+
+
+def test_offline_with_nothing_left_a_request_fails_at_once_after_a_failed_prefetch(
+    tmp_path: Path, live_server: Any
+) -> None:
+    contract = ContractFactory.create()
+    issued = issue_api_key(contract_code=contract.code, quota_tokens=10_000)
+    agent = leased_agent(
+        live_server.url, tmp_path, contract, issued.secret, "gpu-1", block_tokens=400, retry_s=60.0
+    )
+    assert agent.serve(100)
+    agent.book.client.platform_url = UNREACHABLE
+    assert agent.serve(250)  # 50 left, under the mark (100): the prefetch fails
+    wait_for(lambda: agent.book.grant_counts().prefetch_failures == 1)
+    assert agent.serve(50)  # the lease lasts: served, and no new attempt within retry_s
+    with pytest.raises(LeaseUnavailable):
+        agent.serve(100)  # nothing left, the platform failed a moment ago: 503 at once
+    assert agent.book.grant_counts() == GrantCounts(waited=1, ahead=0, prefetch_failures=1)
 
 
 def test_a_key_without_quota_needs_no_lease(tmp_path: Path, live_server: Any) -> None:
