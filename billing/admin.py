@@ -8,6 +8,7 @@ from .models import (
     LateUsage,
     Note,
     Outcome,
+    StripeCreditNote,
     StripeCustomer,
     StripePayment,
 )
@@ -71,8 +72,26 @@ class LateUsageAdmin(admin.ModelAdmin):
 
 @admin.register(StripePayment)
 class StripePaymentAdmin(admin.ModelAdmin):
-    list_display = ["invoice", "payment_intent_id", "status", "attempts", "last_error", "updated_at"]
+    list_display = [
+        "invoice",
+        "payment_intent_id",
+        "amount",
+        "status",
+        "attempts",
+        "last_error",
+        "updated_at",
+    ]
     list_filter = ["status"]
+
+
+@admin.register(StripeCreditNote)
+class StripeCreditNoteAdmin(admin.ModelAdmin):
+    """Credit notes sent to Stripe; filter on `failed` to see the ones that need a hand."""
+
+    list_display = ["note", "action", "amount", "stripe_id", "status", "attempts", "last_error", "updated_at"]
+    list_filter = ["status", "action"]
+    search_fields = ["note__number", "stripe_id"]
+    readonly_fields = ["created_at", "updated_at"]
 
 
 admin.site.register(StripeCustomer)

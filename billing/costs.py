@@ -3,7 +3,12 @@
 Each record costs its L3 (GPU) seconds at its host class's depreciation + power per hour, plus its
 L1 + L2 seconds at operations per hour (catalog.HostCostProfile; the host class is the agent's). One
 ClickHouse query sums the layer times per (agent, tenant, contract, package); the profiles are applied
-per agent, never per record. Revenue is what the period's invoices billed before tax.
+per agent, never per record.
+
+Revenue is what the period's issued invoices (finalised or paid; not drafts, not void) billed before
+tax, less their credit notes, plus their debit notes; a note counts in its invoice's period. The
+finance pages use the same definition (`net_revenue_by`). A cost report compares revenue in the cost
+profiles' currency only (`cost_currency`), so it never adds currencies.
 """
 
 from __future__ import annotations
@@ -13,18 +18,24 @@ from dataclasses import dataclass
 from datetime import datetime
 from decimal import Decimal
 
-from django.db.models import Sum
+from django.db.models import Case, F, QuerySet, Sum, When
 
 from agents.models import Agent
 from catalog.models import ComputePackage, HostCostProfile
 from clickhouse_store import query
 from contracts.money import round_money
 
-from .models import Invoice
+from .models import Invoice, Note
 
 ZERO = Decimal(0)
 US_PER_HOUR = Decimal(3_600_000_000)
 GROUPS = {"contract": 2, "package": 3, "tenant": 1}
+REVENUE_STATUSES = (Invoice.Status.FINALIZED, Invoice.Status.PAID)
+_REVENUE_FIELDS = {
+    "contract": "contract__code",
+    "package": "contract__package__code",
+    "tenant": "tenant__code",
+}
 
 _COST_SQL = (
     "SELECT agent_id, tenant, contract, package, count(), sum(l3_latency_us), "  # noqa: S608
@@ -75,7 +86,8 @@ def _attributed(start: datetime, end: datetime, package: str = "") -> list[tuple
 
 def cost_report(start: datetime, end: datetime, by: str = "contract") -> list[CostRow]:
     """Cost, cost per request, revenue and gross margin per contract, package or tenant, for [start, end).
-    Costs are in the profiles' currency; margins assume it is the invoices' (one currency, CNY)."""
+    Costs are in the profiles' currency, and so is the revenue: other currencies' invoices are left out
+    (all of them while the profiles use several currencies, or none exist)."""
     if by not in GROUPS:
         raise ValueError(f"group by one of {', '.join(GROUPS)}, not {by!r}")
     requests: dict[str, int] = defaultdict(int)
@@ -96,14 +108,49 @@ def cost_report(start: datetime, end: datetime, by: str = "contract") -> list[Co
 
 
 def _revenue(start: datetime, end: datetime, by: str) -> dict[str, Decimal]:
-    field = {"contract": "contract__code", "package": "contract__package__code", "tenant": "tenant__code"}[by]
-    billed = (
-        Invoice.objects.filter(period_start__gte=start, period_end__lte=end)
-        .exclude(status=Invoice.Status.VOID)
-        .values(field)
-        .annotate(revenue=Sum("subtotal"))
+    currency = cost_currency()
+    if currency is None:
+        return {}
+    revenue = net_revenue_by(_REVENUE_FIELDS[by], start, end, currency)
+    return {key: amount for (key, _), amount in revenue.items()}
+
+
+def cost_currency() -> str | None:
+    """The currency host costs are kept in, or None while the profiles use several (or none exist)."""
+    found = set(HostCostProfile.objects.values_list("currency", flat=True))
+    return found.pop() if len(found) == 1 else None
+
+
+def revenue_invoices(start: datetime | None, end: datetime | None, currency: str = "") -> QuerySet[Invoice]:
+    """The issued invoices (finalised or paid) of periods starting in [start, end) (None: unbounded),
+    in `currency` ("": any)."""
+    rows = Invoice.objects.filter(status__in=REVENUE_STATUSES)
+    if start is not None:
+        rows = rows.filter(period_start__gte=start)
+    if end is not None:
+        rows = rows.filter(period_start__lt=end)
+    if currency:
+        rows = rows.filter(currency=currency)
+    return rows
+
+
+def net_revenue_by(
+    field: str, start: datetime, end: datetime, currency: str = ""
+) -> dict[tuple[str, str], Decimal]:
+    """(the invoice's `field`, currency) → net revenue of `revenue_invoices`: subtotals less credit
+    notes plus debit notes. Two aggregates (invoices, notes), so notes never multiply invoice sums."""
+    selected = revenue_invoices(start, end, currency)
+    billed = selected.values(field, "currency").annotate(total=Sum("subtotal"))
+    noted = (
+        Note.objects.filter(invoice__in=selected)
+        .values(f"invoice__{field}", "invoice__currency")
+        .annotate(change=Sum(Case(When(kind=Note.Kind.CREDIT, then=-F("amount")), default=F("amount"))))
     )
-    return {row[field]: row["revenue"] for row in billed}
+    revenue = {(r[field], r["currency"]): r["total"] for r in billed}
+    for r in noted:
+        key = (r[f"invoice__{field}"], r["invoice__currency"])
+        revenue[key] = revenue.get(key, ZERO) + r["change"]
+    return revenue
 
 
 def suggested_base_fee(

@@ -248,9 +248,16 @@ class StripePayment(models.Model):
         SUCCEEDED = "succeeded", "Paid"
         FAILED = "failed", "Payment failed"
         ERROR = "error", "Push failed after all retries"
+        CANCELED = "canceled", "Nothing left to charge: credited in full"
 
     invoice = models.OneToOneField(Invoice, on_delete=models.PROTECT, related_name="stripe_payment")
     payment_intent_id = models.CharField(max_length=64, blank=True)
+    amount = models.DecimalField(
+        max_digits=20,
+        decimal_places=2,
+        default=ZERO,
+        help_text="The PaymentIntent's amount: the amount due less credit notes.",
+    )
     status = models.CharField(max_length=16, choices=Status.choices, default=Status.PENDING)
     attempts = models.PositiveIntegerField(default=0)
     last_error = models.TextField(blank=True)
@@ -258,6 +265,42 @@ class StripePayment(models.Model):
 
     def __str__(self) -> str:
         return f"{self.invoice_id} {self.status} {self.payment_intent_id}"
+
+
+class StripeCreditNote(models.Model):
+    """A credit note sent to Stripe: a Refund when its invoice's PaymentIntent was paid, otherwise the
+    PaymentIntent lowered to what is still due (canceled when nothing is). An invoice without a
+    PaymentIntent gets nothing: its push later charges the amount due less its credit notes."""
+
+    class Action(models.TextChoices):
+        REFUND = "refund", "Refund of the paid PaymentIntent"
+        REDUCE = "reduce", "PaymentIntent amount lowered"
+        CANCEL = "cancel", "PaymentIntent canceled (credited in full)"
+
+    class Status(models.TextChoices):
+        PENDING = "pending", "Not pushed yet"
+        PUSHED = "pushed", "Sent to Stripe"
+        SKIPPED = "skipped", "Nothing to send: the invoice has no open or paid PaymentIntent"
+        FAILED = "failed", "Failed (see last error)"
+
+    note = models.OneToOneField(Note, on_delete=models.PROTECT, related_name="stripe_credit")
+    action = models.CharField(max_length=8, choices=Action.choices, blank=True)
+    status = models.CharField(max_length=16, choices=Status.choices, default=Status.PENDING)
+    amount = models.DecimalField(
+        max_digits=20,
+        decimal_places=2,
+        null=True,
+        blank=True,
+        help_text="The amount refunded, or the PaymentIntent's amount after the change.",
+    )
+    stripe_id = models.CharField(max_length=64, blank=True, help_text="The Refund (re_…) or PaymentIntent.")
+    attempts = models.PositiveIntegerField(default=0)
+    last_error = models.TextField(blank=True)
+    created_at = models.DateTimeField(auto_now_add=True)
+    updated_at = models.DateTimeField(auto_now=True)
+
+    def __str__(self) -> str:
+        return f"{self.note_id} {self.action or '-'} {self.status} {self.stripe_id}"
 
 
 class StripeEvent(models.Model):

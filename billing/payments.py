@@ -1,7 +1,9 @@
 """Stripe: sync the tenant's customer, push finalised invoices as PaymentIntents for their amount due
-(idempotency keys derived from our ids, so a retry never charges twice), and apply webhook events:
-a paid PaymentIntent pays its invoice (and publishes `invoice.paid`), a paid Checkout Session
-activates the contract it was opened for (billing.checkout).
+less credit notes (idempotency keys derived from our ids, so a retry never charges twice), send credit
+notes (a Refund of a paid PaymentIntent, else the open PaymentIntent lowered or canceled), and apply
+webhook events: a paid PaymentIntent pays its invoice (and publishes `invoice.paid`), a failed refund
+marks its credit note failed, a paid Checkout Session activates the contract it was opened for
+(billing.checkout).
 
 Tests point STRIPE_API_BASE at a local fake of the Stripe HTTP API; signatures are real HMAC-SHA256.
 """
@@ -9,19 +11,28 @@ Tests point STRIPE_API_BASE at a local fake of the Stripe HTTP API; signatures a
 from __future__ import annotations
 
 from decimal import Decimal
+from typing import Any
 
 import stripe
 from django.conf import settings
 from django.db import IntegrityError, transaction
+from django.db.models import Sum
 from django.utils import timezone
 
 from accounts.models import Tenant
 from contracts.money import MINOR_UNITS
 from webhooks.events import publish_invoice_event
 
+from . import services
 from .errors import BillingError, InvalidRequest
-from .models import Invoice, StripeCustomer, StripeEvent, StripePayment
-from .services import mark_paid
+from .models import ZERO, Invoice, Note, StripeCreditNote, StripeCustomer, StripeEvent, StripePayment
+
+# Worth retrying with the same idempotency key: Stripe unreachable, rate-limited or failing (5xx).
+TRANSIENT = (stripe.APIConnectionError, stripe.RateLimitError, stripe.APIError)
+
+
+class PushInFlight(BillingError):
+    """The invoice's PaymentIntent is being created: its credit note waits for it (and is retried)."""
 
 
 def client() -> stripe.StripeClient:
@@ -37,6 +48,21 @@ def client() -> stripe.StripeClient:
 def minor_units(amount: Decimal, currency: str) -> int:
     """Stripe amounts are integers in the currency's minor unit (CNY fen, JPY yen)."""
     return int(amount.scaleb(MINOR_UNITS[currency]))
+
+
+def amount_to_charge(invoice: Invoice) -> Decimal:
+    """The amount due less the invoice's credit notes, never below zero. `amount_due` is frozen when the
+    invoice is finalised (total less prepaid credits); notes issued later do not change it."""
+    credited = invoice.notes.filter(kind=Note.Kind.CREDIT).aggregate(sum=Sum("amount"))["sum"] or ZERO
+    return max(invoice.amount_due - credited, ZERO)
+
+
+def _error_text(error: Exception) -> str:
+    if isinstance(error, BillingError):
+        return f"{error.code}: {error.message}"
+    if isinstance(error, stripe.StripeError):
+        return f"{type(error).__name__}: {error.user_message or error}"
+    return str(error)
 
 
 def sync_customer(tenant: Tenant) -> StripeCustomer:
@@ -58,21 +84,28 @@ def sync_customer(tenant: Tenant) -> StripeCustomer:
 
 
 def push_invoice(invoice: Invoice) -> StripePayment:
-    """Create the PaymentIntent for a finalised invoice's amount due. Idempotent: the key is the invoice
-    number, and an invoice already pushed is returned as it is. Errors propagate after being recorded."""
+    """Create the PaymentIntent for a finalised invoice's amount due less its credit notes. Idempotent:
+    the key is the invoice number, and an invoice already pushed is returned as it is. Nothing left to
+    charge (credited in full before the push): no PaymentIntent, status `canceled`. Errors propagate
+    after being recorded."""
     if invoice.status != Invoice.Status.FINALIZED or not invoice.number:
         raise InvalidRequest(
             "invoice_not_final", f"Only finalised invoices are pushed, not {invoice.status}."
         )
     payment, _ = StripePayment.objects.get_or_create(invoice=invoice)
-    if payment.payment_intent_id:
+    if payment.payment_intent_id or payment.status == StripePayment.Status.CANCELED:
+        return payment
+    amount = amount_to_charge(invoice)
+    if amount <= 0:
+        payment.status, payment.amount, payment.last_error = StripePayment.Status.CANCELED, ZERO, ""
+        payment.save()
         return payment
     payment.attempts += 1
     try:
         customer = sync_customer(invoice.tenant)
         intent = client().v1.payment_intents.create(
             {
-                "amount": minor_units(invoice.amount_due, invoice.currency),
+                "amount": minor_units(amount, invoice.currency),
                 "currency": invoice.currency.lower(),
                 "customer": customer.customer_id,
                 "description": f"Invoice {invoice.number}",
@@ -81,14 +114,116 @@ def push_invoice(invoice: Invoice) -> StripePayment:
             {"idempotency_key": f"invoice-{invoice.issuing_entity}-{invoice.number}"},
         )
     except stripe.StripeError as error:
-        payment.last_error = f"{type(error).__name__}: {error.user_message or error}"
+        payment.last_error = _error_text(error)
         payment.save(update_fields=["attempts", "last_error", "updated_at"])
         raise
     payment.payment_intent_id = intent.id
+    payment.amount = amount
     payment.status = StripePayment.Status.PUSHED
     payment.last_error = ""
     payment.save()
     return payment
+
+
+def enqueue_credit_note_push(note: Note) -> None:
+    """Call where a credit note is issued, inside its transaction: with Stripe configured, the note's
+    push is recorded as pending and `billing.push_credit_note_to_stripe` runs after commit."""
+    if note.kind != Note.Kind.CREDIT or not settings.STRIPE_API_KEY:
+        return
+    StripeCreditNote.objects.get_or_create(note=note)
+    note_id = note.pk
+    transaction.on_commit(lambda: _push_credit_note_later(note_id), robust=True)
+
+
+def _push_credit_note_later(note_id: int) -> None:
+    from .tasks import push_credit_note_task  # tasks import this module
+
+    push_credit_note_task.delay(note_id)
+
+
+def push_credit_note(note: Note) -> StripeCreditNote:
+    """Send a credit note to Stripe once (idempotency key from the note: a retry never refunds twice).
+
+    Paid PaymentIntent: a Refund of the note's amount, never more than was received less earlier
+    refunds (`refund_exceeds_payment`). Open one: its amount lowered to the amount due less all credit
+    notes, or canceled when that is zero. No PaymentIntent: nothing is sent (`skipped`), since a later
+    push charges the net amount; one being created raises PushInFlight, to be retried. Transient Stripe
+    errors leave the row pending (to retry); other errors mark it failed, and running it again retries
+    it. Errors propagate after being recorded."""
+    if note.kind != Note.Kind.CREDIT:
+        raise InvalidRequest("not_a_credit_note", f"Note {note.number} is a {note.kind} note.")
+    row, _ = StripeCreditNote.objects.get_or_create(note=note)
+    if row.status in (StripeCreditNote.Status.PUSHED, StripeCreditNote.Status.SKIPPED) or row.stripe_id:
+        return row  # done, or a refund Stripe reported failed: its money goes back another way
+    row.attempts += 1
+    try:
+        with transaction.atomic():
+            # The payment row is locked: one credit note per invoice at a time, so refunds add up.
+            payment = StripePayment.objects.select_for_update().filter(invoice_id=note.invoice_id).first()
+            _send_credit_note(row, note, payment)
+    except (stripe.StripeError, BillingError) as error:
+        row.last_error = _error_text(error)
+        if not isinstance(error, (*TRANSIENT, PushInFlight)):
+            row.status = StripeCreditNote.Status.FAILED
+        row.save(update_fields=["attempts", "status", "last_error", "updated_at"])
+        raise
+    row.last_error = ""
+    row.save()
+    return row
+
+
+def _send_credit_note(row: StripeCreditNote, note: Note, payment: StripePayment | None) -> None:
+    invoice = note.invoice
+    if payment is not None and not payment.payment_intent_id:
+        if payment.status == StripePayment.Status.PENDING:
+            raise PushInFlight(
+                "invoice_push_in_flight", f"Invoice {invoice.number} is being pushed to Stripe."
+            )
+        payment = None  # its push failed for good, or found nothing to charge
+    if payment is None or payment.status == StripePayment.Status.CANCELED:
+        row.status = StripeCreditNote.Status.SKIPPED
+        return
+    key: stripe.RequestOptions = {"idempotency_key": f"credit-note-{invoice.issuing_entity}-{note.number}"}
+    if payment.status == StripePayment.Status.SUCCEEDED:
+        left = payment.amount - _refunded(invoice)
+        if note.amount > left:
+            raise BillingError(
+                "refund_exceeds_payment",
+                f"Credit note {note.number} ({note.amount} {invoice.currency}) exceeds the {left} "
+                f"{invoice.currency} paid through Stripe and not refunded yet.",
+            )
+        refund = client().v1.refunds.create(
+            {
+                "payment_intent": payment.payment_intent_id,
+                "amount": minor_units(note.amount, invoice.currency),
+                "metadata": {"credit_note": note.number, "credit_note_id": str(note.pk)},
+            },
+            key,
+        )
+        row.action, row.amount, row.stripe_id = StripeCreditNote.Action.REFUND, note.amount, refund.id
+    else:  # pushed, or its payment failed: the PaymentIntent is still open
+        amount = amount_to_charge(invoice)
+        if amount > 0:
+            client().v1.payment_intents.update(
+                payment.payment_intent_id, {"amount": minor_units(amount, invoice.currency)}, key
+            )
+            row.action = StripeCreditNote.Action.REDUCE
+        else:
+            client().v1.payment_intents.cancel(payment.payment_intent_id, {}, key)
+            row.action = StripeCreditNote.Action.CANCEL
+            payment.status = StripePayment.Status.CANCELED
+        row.amount, row.stripe_id = amount, payment.payment_intent_id
+        payment.amount = amount
+        payment.save(update_fields=["amount", "status", "updated_at"])
+    row.status = StripeCreditNote.Status.PUSHED
+
+
+def _refunded(invoice: Invoice) -> Decimal:
+    """Refunds already sent for the invoice's credit notes (those Stripe reported failed excluded)."""
+    refunds = StripeCreditNote.objects.filter(
+        note__invoice=invoice, action=StripeCreditNote.Action.REFUND, status=StripeCreditNote.Status.PUSHED
+    )
+    return refunds.aggregate(sum=Sum("amount"))["sum"] or ZERO
 
 
 def handle_webhook(payload: bytes, signature: str | None) -> tuple[str, bool]:
@@ -120,6 +255,12 @@ def _apply(event: stripe.Event) -> None:
         else:
             checkout.cancel_checkout(session)
         return
+    if event.type in REFUND_EVENTS:
+        obj = event.data.object.to_dict()
+        refunds = (obj.get("refunds") or {}).get("data", []) if obj.get("object") == "charge" else [obj]
+        for refund in refunds:
+            _apply_refund(refund)
+        return
     if event.type not in ("payment_intent.succeeded", "payment_intent.payment_failed"):
         return
     intent = event.data.object.to_dict()
@@ -127,10 +268,29 @@ def _apply(event: stripe.Event) -> None:
     if payment is None:
         return
     if event.type == "payment_intent.succeeded":
-        publish_invoice_event("invoice.paid", mark_paid(payment.invoice))
+        publish_invoice_event("invoice.paid", services.mark_paid(payment.invoice))
         payment.status = StripePayment.Status.SUCCEEDED
+        if "amount_received" in intent:  # what was actually charged: refunds are bounded by it
+            payment.amount = Decimal(intent["amount_received"]).scaleb(-MINOR_UNITS[payment.invoice.currency])
     else:
         error = intent.get("last_payment_error") or {}
         payment.status = StripePayment.Status.FAILED
         payment.last_error = str(error.get("message", "payment failed"))
-    payment.save(update_fields=["status", "last_error", "updated_at"])
+    payment.save(update_fields=["status", "amount", "last_error", "updated_at"])
+
+
+REFUND_EVENTS = ("refund.updated", "refund.failed", "charge.refunded")
+
+
+def _apply_refund(refund: dict[str, Any]) -> None:
+    """A refund Stripe could not carry out (failed or canceled) marks its credit note failed, visibly."""
+    if refund.get("status") not in ("failed", "canceled"):
+        return
+    row = StripeCreditNote.objects.filter(
+        action=StripeCreditNote.Action.REFUND, stripe_id=refund.get("id")
+    ).first()
+    if row is None:
+        return
+    row.status = StripeCreditNote.Status.FAILED
+    row.last_error = f"Refund {refund['status']}: {refund.get('failure_reason') or 'no reason given'}"
+    row.save(update_fields=["status", "last_error", "updated_at"])

@@ -6,9 +6,11 @@ blanks; we embed a subset of WenQuanYi Zen Hei (Debian `fonts-wqy-zenhei`) inste
 
 from __future__ import annotations
 
+from datetime import datetime
 from decimal import Decimal
 from io import BytesIO
 from pathlib import Path
+from typing import Any
 
 from reportlab.lib import colors
 from reportlab.lib.pagesizes import A4
@@ -100,8 +102,19 @@ def _item(line: InvoiceLine, language: str) -> str:
     if language != "zh-Hans":
         return line.description
     if line.kind == "usage" and line.dimension in ZH_ITEMS:
-        return ZH_ITEMS[line.dimension]
+        return ZH_ITEMS[line.dimension] + _price_segment_zh(line.details)
     return f"{ZH_ITEMS.get(line.kind, '')} {line.description}".strip()
+
+
+def _price_segment_zh(details: dict[str, Any]) -> str:
+    """A price version's dates, or the period bound line of a dimension whose price changed
+    (billing.rating.rate_versions); empty for an ordinary line."""
+    if "segment_start" in details:
+        start, end = (datetime.fromisoformat(details[k]) for k in ("segment_start", "segment_end"))
+        return f" ({start:%Y-%m-%d %H:%M} – {end:%Y-%m-%d %H:%M} UTC)"
+    if "rated" in details:
+        return " 期间最低额" if details.get("bound") == "minimum" else " 期间最高额"
+    return ""
 
 
 def cjk_font_path() -> Path | None:

@@ -3,6 +3,10 @@
 Rounding rule: every line's amount is rounded once, half up, to the currency's minor unit (CNY 0.01,
 JPY 1); the subtotal is the sum of the rounded lines; tax is one more line-level rounding of
 subtotal × rate (exclusive) or subtotal × rate / (1 + rate) (inclusive, already in the prices).
+
+A dimension whose price changed within the period gets one line per price version, rated from the
+usage of its segment (`rate_versions`; the rules are in docs/billing.md, "Price changes within a
+contract").
 """
 
 from __future__ import annotations
@@ -16,6 +20,7 @@ from typing import Any
 from contracts.dimensions import Dimension
 from contracts.money import round_money
 
+from .charge_models import ChargeModel, Percentage, Volume
 from .periods import next_period_bounds
 from .terms import ChargeTerms, Terms
 
@@ -34,11 +39,21 @@ class RatedLine:
 
 
 @dataclass(frozen=True)
+class SegmentUsage:
+    """The usage of [start, end), a part of the period between price changes."""
+
+    start: datetime
+    end: datetime
+    quantities: dict[str, Decimal]
+
+
+@dataclass(frozen=True)
 class PeriodUsage:
     record_count: int
     quantities: dict[str, Decimal]
     values: dict[str, Decimal] = field(default_factory=dict)
     excluded: dict[str, Any] = field(default_factory=dict)  # what exclusions left out, and why
+    segments: tuple[SegmentUsage, ...] = ()  # in time order, when prices change within the period
 
 
 @dataclass(frozen=True)
@@ -76,6 +91,135 @@ def rate_charge(charge: ChargeTerms, quantity: Decimal, value: Decimal, currency
         unit_price=unit_price,
         amount=round_money(priced.amount, currency),
         details=details,
+    )
+
+
+def rate_versions(
+    versions: list[ChargeTerms], usage: PeriodUsage, start: datetime, end: datetime, currency: str
+) -> list[RatedLine]:
+    """The lines of one dimension: one line as ever when a single version prices the whole period,
+    else one per version in effect, each over its segment of the period (usage before a dimension's
+    first version is not billed). The rules:
+
+    - the period's included quantity is the newest version's (the one in effect at the period end),
+      consumed in time order: the earliest usage is free first;
+    - tiers (graduated, volume, package) run on the period's cumulative billable quantity in time
+      order: a later segment continues where the earlier one left off on the tier ladder, priced by
+      its own version's tiers; a volume tier is the one the period's total falls in;
+    - the newest version's period minimum/maximum bounds the dimension's total, in one more line.
+    """
+    spans = _spans(versions, start, end)
+    if not spans:
+        return []
+    dimension = versions[0].dimension
+    if len(spans) == 1 and spans[0][1:] == (start, end):
+        quantity, value = usage.quantities.get(dimension, ZERO), usage.values.get(dimension, ZERO)
+        return [rate_charge(spans[0][0], quantity, value, currency)]
+    quantities = [_segment_quantity(usage, dimension, begin, finish) for _, begin, finish in spans]
+    newest = spans[-1][0]
+    included = Decimal(newest.included_quantity)
+    total = sum(quantities, ZERO)
+    billable_total = max(total - included, ZERO)
+    value = usage.values.get(dimension, ZERO)
+    lines, rated, used = [], ZERO, ZERO
+    for (charge, begin, finish), quantity in zip(spans, quantities, strict=True):
+        first = max(used - included, ZERO)  # the segment's first tier position
+        used += quantity
+        billable = max(used - included, ZERO) - first
+        share = value * billable / total if total else ZERO
+        amount = _range_amount(charge.model(), first, first + billable, billable_total, share)
+        rated += amount
+        details: dict[str, Any] = {
+            "charge_model": charge.charge_model,
+            "effective_from": charge.effective_from,
+            "segment_start": begin.isoformat(),
+            "segment_end": finish.isoformat(),
+            "billable": str(billable),
+        }
+        if included:
+            details["included"] = str(quantity - billable)
+            details["period_included"] = str(included)
+        if charge.charge_model in ("graduated", "volume", "package"):
+            details["tier_position"] = str(first)
+        if charge.charge_model == "per_unit":
+            unit_price = Decimal(str(charge.properties["unit_price"]))
+        else:
+            unit_price = (amount / billable).quantize(Decimal("1E-8")) if billable else ZERO
+        lines.append(
+            RatedLine(
+                dimension=dimension,
+                description=f"{charge.label} ({begin:%Y-%m-%d %H:%M} – {finish:%Y-%m-%d %H:%M} UTC)",
+                quantity=quantity,
+                unit_price=unit_price,
+                amount=round_money(amount, currency),
+                details=details,
+            )
+        )
+    bound = _bound_line(newest, rated, lines, currency)
+    return [*lines, bound] if bound is not None else lines
+
+
+def _spans(
+    versions: list[ChargeTerms], start: datetime, end: datetime
+) -> list[tuple[ChargeTerms, datetime, datetime]]:
+    """Each version (oldest first) with the part of [start, end) it applies to; none for the others."""
+    spans = []
+    for k, charge in enumerate(versions):
+        begin = max(start, charge.starts() or start)
+        following = versions[k + 1].starts() if k + 1 < len(versions) else None
+        finish = min(end, following) if following is not None else end
+        if begin < finish:
+            spans.append((charge, begin, finish))
+    return spans
+
+
+def _segment_quantity(usage: PeriodUsage, dimension: str, begin: datetime, finish: datetime) -> Decimal:
+    """The dimension's usage in [begin, finish), from the measured segments (which must split there)."""
+    if not any(s.start == begin for s in usage.segments) or not any(s.end == finish for s in usage.segments):
+        raise ValueError(
+            f"Usage is not measured per price segment at {begin.isoformat()}–{finish.isoformat()}."
+        )
+    return sum(
+        (s.quantities.get(dimension, ZERO) for s in usage.segments if begin <= s.start and s.end <= finish),
+        ZERO,
+    )
+
+
+def _range_amount(
+    model: ChargeModel, first: Decimal, last: Decimal, total: Decimal, value: Decimal
+) -> Decimal:
+    """The unrounded amount of the billable units at tier positions (first, last] of the period's
+    `total`, without the model's period bounds."""
+    if last <= first:
+        return ZERO
+    if isinstance(model, Percentage):
+        return model.raw_amount(last - first, value)
+    if isinstance(model, Volume):  # the period's total picks the tier; its flat fee is shared pro rata
+        tier = next(t for t in model.tiers if t.up_to is None or total <= t.up_to)
+        return (last - first) * tier.unit_price + tier.flat_fee * (last - first) / total
+    return model.raw_amount(last, ZERO) - model.raw_amount(first, ZERO)
+
+
+def _bound_line(
+    newest: ChargeTerms, rated: Decimal, lines: list[RatedLine], currency: str
+) -> RatedLine | None:
+    """The newest version's period minimum or maximum, applied to the dimension's total over its
+    segments: the difference to the bound, as one more line."""
+    model = newest.model()
+    if model.minimum is not None and rated < model.minimum:
+        kind, bound = "minimum", model.minimum
+    elif model.maximum is not None and rated > model.maximum:
+        kind, bound = "maximum", model.maximum
+    else:
+        return None
+    amount = round_money(bound, currency) - sum((line.amount for line in lines), ZERO)
+    return RatedLine(
+        dimension=newest.dimension,
+        description=f"{newest.label}: period {kind} {bound} ({round_money(rated, currency)} rated)",
+        quantity=ZERO,
+        unit_price=ZERO,
+        amount=amount,
+        details={"bound": kind, "rated": str(rated)},
     )
 
 
@@ -148,8 +292,9 @@ def rate_period(
     `coupons_used` counts earlier invoices each coupon discounted."""
     currency = terms.currency
     lines = [
-        rate_charge(c, usage.quantities.get(c.dimension, ZERO), usage.values.get(c.dimension, ZERO), currency)
-        for c in terms.charges
+        line
+        for versions in terms.versions().values()
+        for line in rate_versions(versions, usage, start, end, currency)
     ]
     lines += adjustments or []
     fees = base_fee_lines(terms, start, end)

@@ -1,7 +1,9 @@
 """Reads for billing: usage aggregates from ClickHouse, invoices from PostgreSQL.
 
 Rating is one aggregate query: every contract of an invoice run and every dimension and custom metric
-in one GROUP BY over the deduplicated records; never a Python loop over records.
+in one GROUP BY over the deduplicated records; never a Python loop over records. A contract whose
+prices change within the period is also grouped by price segment (a `segment` column counting the
+change instants at or before each record's start), still in that one query.
 """
 
 from __future__ import annotations
@@ -18,11 +20,12 @@ from django.db.models import QuerySet, Sum
 
 from clickhouse_store import query
 from contracts.dimensions import AGGREGATES, quantity_from_aggregate
+from sla.sli import nanos
 
 from .exclusions import DISPUTED, PAUSED, RatingExclusions, rating_exclusions
 from .expressions import compile_metric
 from .models import CreditEntry, Invoice, Note, Outcome
-from .rating import PeriodUsage
+from .rating import PeriodUsage, SegmentUsage
 
 _DIMENSIONS = list(AGGREGATES)
 _FIRST_DIMENSION = 5  # after tenant, contract, records, by_dispute, by_pause
@@ -32,11 +35,20 @@ METRIC_PLACES = Decimal("0.000001")
 
 @dataclass(frozen=True)
 class ContractMeter:
-    """What to measure for one contract: its tenant and code, and its custom metric expressions."""
+    """What to measure for one contract: its tenant and code, its custom metric expressions, and the
+    instants inside the period where a price changes (usage is then also measured per segment)."""
 
     tenant: str
     contract: str
     metrics: dict[str, str]
+    bounds: tuple[datetime, ...] = ()
+
+
+# Which price segment a record falls in: how many of its contract's change instants are at or before it.
+SEGMENT = (
+    "arrayCount((c, b) -> contract = c AND start_ns >= b, "
+    "{sg_contracts:Array(String)}, {sg_bounds:Array(Int64)}) AS segment"
+)
 
 
 def usage_sql(
@@ -49,6 +61,8 @@ def usage_sql(
     params: dict[str, Any] = {
         "tenants": sorted({m.tenant for m in meters}),
         "contracts": [m.contract for m in meters],
+        "sg_contracts": [m.contract for m in meters for _ in m.bounds],
+        "sg_bounds": [nanos(b) for m in meters for b in m.bounds],
         **(exclusions or RatingExclusions()).params(),
     }
     columns = [f"{expr} FILTER (WHERE {_OK})" for expr in AGGREGATES.values()]
@@ -68,10 +82,10 @@ def usage_sql(
         "SELECT tenant, contract, count() AS records, "
         "countIf(disputed) AS by_dispute, countIf(paused AND NOT disputed) AS by_pause, "
         + ", ".join(columns)
-        + f" FROM {query.RECORDS} "
+        + f", {SEGMENT} FROM {query.RECORDS} "
         "WHERE tenant IN {tenants:Array(String)} AND contract IN {contracts:Array(String)} "
         "AND start_time >= {start:DateTime64(9, 'UTC')} AND start_time < {end:DateTime64(9, 'UTC')} "
-        "GROUP BY tenant, contract"
+        "GROUP BY tenant, contract, segment"
     )
     return sql, params, metric_column
 
@@ -80,29 +94,60 @@ def usage_by_contract(
     meters: Sequence[ContractMeter], start: datetime, end: datetime, as_of: datetime | None = None
 ) -> dict[str, PeriodUsage]:
     """Each contract's period usage (only successful, not excluded requests are billable; record_count
-    counts all). A contract without records gets zero usage. Records under another tenant's code are
-    not counted. `as_of`: only exclusions made by then apply (`billing.exclusions`)."""
+    counts all), and per price segment for a meter with bounds. A contract without records gets zero
+    usage. Records under another tenant's code are not counted. `as_of`: only exclusions made by then
+    apply (`billing.exclusions`)."""
     if not meters:
         return {}
     owner = {m.contract: m.tenant for m in meters}
     exclusions = rating_exclusions(owner, start, end, as_of)
     sql, params, metric_column = usage_sql(meters, exclusions)
     rows = query.select(sql, {**params, "start": start, "end": end})
-    found: dict[str, tuple[Any, ...]] = {row[1]: row for row in rows if owner.get(row[1]) == row[0]}
+    found: dict[str, dict[int, tuple[Any, ...]]] = {}
+    for row in rows:
+        if owner.get(row[1]) == row[0]:
+            found.setdefault(row[1], {})[int(row[-1])] = row
     usage = {}
-    first_metric = _FIRST_DIMENSION + len(_DIMENSIONS)
     for meter in meters:
-        row = found.get(meter.contract)
-        quantities = {
-            d: quantity_from_aggregate(d, int(row[_FIRST_DIMENSION + k] or 0) if row else 0)
-            for k, d in enumerate(_DIMENSIONS)
-        }
-        for code, expression in meter.metrics.items():
-            raw = row[first_metric + metric_column[expression]] if row else 0.0
-            quantities[code] = Decimal(repr(float(raw or 0.0))).quantize(METRIC_PLACES)
-        excluded = exclusions.describe(meter.contract, int(row[3]) if row else 0, int(row[4]) if row else 0)
-        usage[meter.contract] = PeriodUsage(int(row[2]) if row else 0, quantities, excluded=excluded)
+        by_segment = found.get(meter.contract, {})
+        total = _summed(list(by_segment.values()))
+        edges = [start, *meter.bounds, end]
+        segments = tuple(
+            SegmentUsage(edges[k], edges[k + 1], _quantities(meter, by_segment.get(k), metric_column))
+            for k in range(len(meter.bounds) + 1)
+        )
+        excluded = exclusions.describe(
+            meter.contract, int(total[3]) if total else 0, int(total[4]) if total else 0
+        )
+        usage[meter.contract] = PeriodUsage(
+            int(total[2]) if total else 0,
+            _quantities(meter, total, metric_column),
+            excluded=excluded,
+            segments=segments if meter.bounds else (),
+        )
     return usage
+
+
+def _summed(rows: list[tuple[Any, ...]]) -> tuple[Any, ...] | None:
+    """One contract's segment rows added up column by column (after tenant and contract)."""
+    if len(rows) <= 1:
+        return rows[0] if rows else None
+    sums = [sum((row[k] or 0) for row in rows) for k in range(2, len(rows[0]))]
+    return (rows[0][0], rows[0][1], *sums)
+
+
+def _quantities(
+    meter: ContractMeter, row: tuple[Any, ...] | None, metric_column: dict[str, int]
+) -> dict[str, Decimal]:
+    first_metric = _FIRST_DIMENSION + len(_DIMENSIONS)
+    quantities = {
+        d: quantity_from_aggregate(d, int(row[_FIRST_DIMENSION + k] or 0) if row else 0)
+        for k, d in enumerate(_DIMENSIONS)
+    }
+    for code, expression in meter.metrics.items():
+        raw = row[first_metric + metric_column[expression]] if row else 0.0
+        quantities[code] = Decimal(repr(float(raw or 0.0))).quantize(METRIC_PLACES)
+    return quantities
 
 
 def period_usage(
@@ -112,9 +157,11 @@ def period_usage(
     end: datetime,
     metrics: dict[str, str] | None = None,
     as_of: datetime | None = None,
+    bounds: tuple[datetime, ...] = (),
 ) -> PeriodUsage:
-    """One contract's usage for [start, end)."""
-    return usage_by_contract([ContractMeter(tenant, contract, metrics or {})], start, end, as_of)[contract]
+    """One contract's usage for [start, end), also per price segment when `bounds` are given."""
+    meter = ContractMeter(tenant, contract, metrics or {}, bounds)
+    return usage_by_contract([meter], start, end, as_of)[contract]
 
 
 def invoice_with_lines(invoice_id: int) -> Invoice:

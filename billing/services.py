@@ -24,7 +24,16 @@ from webhooks.events import publish_invoice_event
 from . import outcomes
 from .errors import BillingError, TermsError
 from .lateness import late_usage_adjustments
-from .models import OPEN_STATUSES, Coupon, CreditEntry, Invoice, InvoiceLine, InvoiceSequence, Note
+from .models import (
+    OPEN_STATUSES,
+    Coupon,
+    CreditEntry,
+    Invoice,
+    InvoiceLine,
+    InvoiceSequence,
+    LateUsage,
+    Note,
+)
 from .rating import PeriodUsage, RatedInvoice, RatedLine, rate_period
 from .selectors import credit_balance, latest_checkpoint, period_usage
 from .service_credits import record_service_credits, release_service_credits, select_service_credits
@@ -42,7 +51,8 @@ def generate_invoice(
     now: datetime | None = None,
 ) -> Invoice:
     """Rate a contract's records for a closed period into its invoice, and finalise it once the
-    contract's grace period has passed.
+    contract's grace period has passed. When a price changes within the period, the usage is measured
+    per price segment (again, if `usage` was measured without them).
 
     Idempotent, also when run concurrently: the contract row is locked while the invoice is made, and
     a unique constraint on (contract, period) backs it up. A run during the grace period re-rates the
@@ -64,10 +74,16 @@ def generate_invoice(
             ).first()
             if invoice is not None and invoice.status not in OPEN_STATUSES:
                 return invoice
-            terms = terms_of(contract)
-            if usage is None:
+            terms = terms_of(contract, period_start, period_end)
+            bounds = terms.change_instants(period_start, period_end)
+            if usage is None or (bounds and tuple(s.start for s in usage.segments[1:]) != bounds):
                 usage = period_usage(
-                    contract.tenant.code, contract.code, period_start, period_end, terms.metrics
+                    contract.tenant.code,
+                    contract.code,
+                    period_start,
+                    period_end,
+                    terms.metrics,
+                    bounds=bounds,
                 )
             outcome_refs: list[str] = []
             if any(c.dimension == Dimension.OUTCOMES for c in terms.charges):
@@ -95,6 +111,7 @@ def generate_invoice(
                     line.details["outcomes"] = outcome_refs
                     line.details["condition"] = terms.outcome_rule
             invoice = _write_draft(contract, invoice, terms, usage, rated, period_start, period_end)
+            _mark_late_usage_billed(contract, invoice, rated.lines)
             record_service_credits(invoice, sla_credits, now)
             if now >= invoice.grace_until:  # type: ignore[operator]
                 invoice = finalize_invoice(invoice, now=now)
@@ -112,7 +129,7 @@ def _with_outcomes(
     count, value, refs = outcomes.billable_outcomes(contract, end)
     quantities = {**usage.quantities, Dimension.OUTCOMES: count}
     values = {**usage.values, Dimension.OUTCOMES: value}
-    return PeriodUsage(usage.record_count, quantities, values, usage.excluded), refs
+    return PeriodUsage(usage.record_count, quantities, values, usage.excluded, usage.segments), refs
 
 
 def _coupon_uses(contract: Contract, exclude: Invoice | None) -> Counter[str]:
@@ -143,6 +160,7 @@ def _write_draft(
             **terms.as_json(),
             "quantities": {k: str(v) for k, v in usage.quantities.items()},
             **({"exclusions": usage.excluded} if usage.excluded else {}),
+            **({"segments": _segments_json(usage)} if usage.segments else {}),
         },
         "grace_until": end + timedelta(days=contract.grace_days),
         "status": Invoice.Status.GRACE if contract.grace_days else Invoice.Status.DRAFT,
@@ -176,6 +194,30 @@ def _write_draft(
         for line in rated.lines
     )
     return invoice
+
+
+def _mark_late_usage_billed(contract: Contract, invoice: Invoice, lines: list[RatedLine]) -> None:
+    """The adjusted LateUsage rows this invoice's adjustment lines bill now point at it."""
+    for line in lines:
+        if line.kind == InvoiceLine.Kind.ADJUSTMENT:
+            LateUsage.objects.filter(
+                invoice__contract=contract,
+                invoice__number=line.details["invoice"],
+                dimension=line.dimension,
+                decision=LateUsage.Decision.ADJUSTED,
+            ).update(billed_on=invoice)
+
+
+def _segments_json(usage: PeriodUsage) -> list[dict[str, object]]:
+    """The usage per price segment, kept with the invoice's terms (the quantities each version rated)."""
+    return [
+        {
+            "start": s.start.isoformat(),
+            "end": s.end.isoformat(),
+            "quantities": {k: str(v) for k, v in s.quantities.items()},
+        }
+        for s in usage.segments
+    ]
 
 
 def _describe(line: RatedLine) -> str:
@@ -258,6 +300,12 @@ def _push_to_stripe(invoice_id: int) -> None:
     from .tasks import push_invoice_task  # tasks import this module
 
     push_invoice_task.delay(invoice_id)
+
+
+def _push_note_to_stripe(note: Note) -> None:
+    from .payments import enqueue_credit_note_push  # payments imports this module
+
+    enqueue_credit_note_push(note)
 
 
 def _credits_for(invoice: Invoice) -> tuple[Decimal, dict[str, str]]:
@@ -391,6 +439,8 @@ def issue_note(
                 )
         prefix = "CN" if kind == "credit" else "DN"
         number = f"{invoice.number}-{prefix}{sum(1 for n in notes if n.kind == kind) + 1}"
-        return Note.objects.create(
+        note = Note.objects.create(
             invoice=invoice, line=line, kind=kind, number=number, reason=reason[:200], amount=amount
         )
+        _push_note_to_stripe(note)
+        return note

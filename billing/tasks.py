@@ -1,8 +1,10 @@
 """Invoice runs as Celery tasks: idempotent (one invoice per contract and period, made under a lock on
-the contract row) and safe to run concurrently; the run reports progress through the task state."""
+the contract row) and safe to run concurrently; the run reports progress through the task state.
+Pushes to Stripe (invoices, credit notes) retry transient errors with backoff."""
 
 from __future__ import annotations
 
+from datetime import datetime
 from typing import Any
 
 import stripe
@@ -12,8 +14,8 @@ from django.db.models import Q
 from contracts.models import Contract
 
 from .errors import BillingError, TermsError
-from .models import Invoice, StripePayment
-from .payments import push_invoice
+from .models import Invoice, Note, StripeCreditNote, StripePayment
+from .payments import TRANSIENT, PushInFlight, push_credit_note, push_invoice
 from .periods import month_bounds
 from .selectors import ContractMeter, usage_by_contract
 from .services import generate_invoice
@@ -28,19 +30,25 @@ def generate_invoice_task(contract_code: str, month: str) -> int:
 
 
 def run_invoices(month: str, progress: Any = None) -> dict[str, Any]:
-    """Invoice every contract that ran during `month`: one ClickHouse aggregate for all of them, then
-    one invoice each. A contract whose terms cannot be billed is reported under `failed` (code and
-    message) and the run goes on. `progress(done, total)` is called after each contract."""
+    """Invoice every contract that ran during `month`: one ClickHouse aggregate for all of them (per
+    price segment for a contract whose price changes within the month), then one invoice each. A
+    contract whose terms cannot be billed is reported under `failed` (code and message) and the run
+    goes on. `progress(done, total)` is called after each contract."""
     start, end = month_bounds(month)
     contracts = list(
         Contract.objects.billable()
         .filter(starts_at__lt=end)
         .filter(Q(ends_at__isnull=True) | Q(ends_at__gt=start))
         .select_related("tenant")
-        .prefetch_related("metrics")
+        .prefetch_related("metrics", "prices")
     )
     meters = [
-        ContractMeter(c.tenant.code, c.code, {m.code: m.expression for m in c.metrics.all()})
+        ContractMeter(
+            c.tenant.code,
+            c.code,
+            {m.code: m.expression for m in c.metrics.all()},
+            _change_instants(c, start, end),
+        )
         for c in contracts
     ]
     try:
@@ -59,6 +67,15 @@ def run_invoices(month: str, progress: Any = None) -> dict[str, Any]:
     return {"contracts": len(contracts), "finalized": finalized, "failed": failed}
 
 
+def _change_instants(contract: Contract, start: datetime, end: datetime) -> tuple[datetime, ...]:
+    """Where a price version of the contract starts inside (start, end): the bounds generate_invoice
+    rates with (`Terms.change_instants` of the period's terms), from the prefetched prices."""
+    instants = {
+        p.effective_from for p in contract.prices.all() if p.effective_from and start < p.effective_from < end
+    }
+    return tuple(sorted(instants))
+
+
 @shared_task(name="billing.run_invoices", bind=True)
 def run_invoices_task(self: Any, month: str) -> dict[str, Any]:
     """All contracts' invoices for a closed month; the task state shows {done, total} while it runs."""
@@ -73,7 +90,7 @@ def run_invoices_task(self: Any, month: str) -> dict[str, Any]:
 @shared_task(
     name="billing.push_invoice_to_stripe",
     bind=True,
-    autoretry_for=(stripe.APIConnectionError, stripe.RateLimitError, stripe.APIError),
+    autoretry_for=TRANSIENT,
     retry_backoff=2,
     retry_backoff_max=600,
     retry_jitter=False,
@@ -88,4 +105,26 @@ def push_invoice_task(self: Any, invoice_id: int) -> str:
     except stripe.StripeError:
         if self.request.retries >= self.max_retries:
             StripePayment.objects.filter(invoice=invoice).update(status=StripePayment.Status.ERROR)
+        raise
+
+
+@shared_task(
+    name="billing.push_credit_note_to_stripe",
+    bind=True,
+    autoretry_for=(*TRANSIENT, PushInFlight),
+    retry_backoff=2,
+    retry_backoff_max=600,
+    retry_jitter=False,
+    max_retries=8,
+)
+def push_credit_note_task(self: Any, note_id: int) -> str:
+    """Send a credit note to Stripe (billing.payments.push_credit_note): transient errors, and an invoice
+    push still in flight, retry after 2, 4, 8 … s; the last failure marks its StripeCreditNote failed.
+    Returns the Refund or PaymentIntent id ("" when nothing was sent)."""
+    note = Note.objects.select_related("invoice").get(pk=note_id)
+    try:
+        return push_credit_note(note).stripe_id
+    except (stripe.StripeError, PushInFlight):
+        if self.request.retries >= self.max_retries:
+            StripeCreditNote.objects.filter(note=note).update(status=StripeCreditNote.Status.FAILED)
         raise

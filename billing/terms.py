@@ -2,17 +2,19 @@
 
 `terms_of(contract)` reads the contract's current terms; `Terms.as_json()` is the copy a finalised
 invoice stores, and `Terms.from_json` reads it back, so re-rating a closed period uses the terms it was
-billed with even after the contract changed.
+billed with even after the contract changed. A dimension whose price changed within the period has one
+ChargeTerms per version (`effective_from`), all of them in the copy.
 """
 
 from __future__ import annotations
 
 from dataclasses import asdict, dataclass, field
+from datetime import UTC, datetime
 from decimal import Decimal
 from typing import Any
 
 from contracts.dimensions import Dimension
-from contracts.models import Contract
+from contracts.models import Contract, ContractPrice
 from contracts.money import MINOR_UNITS
 
 from .charge_models import ChargeModel, build_charge_model
@@ -27,9 +29,13 @@ class ChargeTerms:
     charge_model: str
     properties: dict[str, Any]
     included_quantity: str = "0"
+    effective_from: str = ""  # ISO 8601 UTC; "": from the contract start
 
     def model(self) -> ChargeModel:
         return build_charge_model(self.charge_model, self.properties)
+
+    def starts(self) -> datetime | None:
+        return datetime.fromisoformat(self.effective_from) if self.effective_from else None
 
 
 @dataclass(frozen=True)
@@ -62,12 +68,31 @@ class Terms:
     def as_json(self) -> dict[str, Any]:
         return asdict(self)
 
+    def versions(self) -> dict[str, list[ChargeTerms]]:
+        """The charges per dimension, each dimension's versions oldest first, in dimension order."""
+        grouped: dict[str, list[ChargeTerms]] = {}
+        for charge in self.charges:
+            grouped.setdefault(charge.dimension, []).append(charge)
+        return grouped
+
+    def change_instants(self, start: datetime, end: datetime) -> tuple[datetime, ...]:
+        """The instants inside (start, end) where some dimension's price changes: where rating splits."""
+        instants = {
+            moment
+            for charge in self.charges
+            if (moment := charge.starts()) is not None and start < moment < end
+        }
+        return tuple(sorted(instants))
+
     @classmethod
     def from_json(cls, data: dict[str, Any]) -> Terms:
         values = {k: v for k, v in data.items() if k in cls.__dataclass_fields__}
         values["charges"] = [ChargeTerms(**c) for c in data.get("charges", [])]
         values["coupons"] = [CouponTerms(**c) for c in data.get("coupons", [])]
         return cls(**values)
+
+
+_BEGINNING = datetime.min.replace(tzinfo=UTC)
 
 
 def _decimal_text(value: Decimal) -> str:
@@ -87,8 +112,28 @@ def validate_charge(
     return build_charge_model(charge_model, properties)
 
 
-def terms_of(contract: Contract) -> Terms:
-    """The contract's current terms, validated (TermsError on anything that cannot be billed)."""
+def _in_period(
+    prices: list[ContractPrice], start: datetime | None, end: datetime | None
+) -> list[ContractPrice]:
+    """The price versions that apply at some time in [start, end) (all of them without a period)."""
+    if start is None or end is None:
+        return prices
+    kept = []
+    for price, following in zip(prices, [*prices[1:], None], strict=True):
+        superseded = (
+            following is not None
+            and following.dimension == price.dimension
+            and following.effective_from is not None
+            and following.effective_from <= start
+        )
+        if not superseded and (price.effective_from is None or price.effective_from < end):
+            kept.append(price)
+    return kept
+
+
+def terms_of(contract: Contract, start: datetime | None = None, end: datetime | None = None) -> Terms:
+    """The contract's current terms, validated (TermsError on anything that cannot be billed). With a
+    period [start, end): only the price versions that apply in it."""
     metric_rows = list(contract.metrics.all())
     metrics = {m.code: m.expression for m in metric_rows}
     for code, expression in metrics.items():
@@ -98,7 +143,8 @@ def terms_of(contract: Contract) -> Terms:
     labels = dict(Dimension.choices)
     names = {m.code: m.name for m in metric_rows}
     charges = []
-    for price in contract.prices.all():
+    ordered = sorted(contract.prices.all(), key=lambda p: (p.dimension, p.effective_from or _BEGINNING))
+    for price in _in_period(ordered, start, end):
         properties = dict(price.properties)
         if price.charge_model == "per_unit":
             properties.setdefault("unit_price", _decimal_text(price.unit_price))
@@ -110,10 +156,11 @@ def terms_of(contract: Contract) -> Terms:
                 charge_model=price.charge_model,
                 properties=properties,
                 included_quantity=_decimal_text(price.included_quantity),
+                effective_from=price.effective_from.isoformat() if price.effective_from else "",
             )
         )
     order = {d: i for i, d in enumerate([*Dimension.values, *sorted(metrics)])}
-    charges.sort(key=lambda c: order[c.dimension])
+    charges.sort(key=lambda c: order[c.dimension])  # stable: versions stay oldest first
     if contract.currency not in MINOR_UNITS:
         raise TermsError("unsupported_currency", f"Unsupported currency {contract.currency!r}.", {})
     coupons = [

@@ -164,7 +164,8 @@ def measured(invoices: list[Invoice]) -> dict[int, dict[str, dict[str, Decimal]]
 
 def _late_decisions(invoices: list[Invoice]) -> dict[tuple[int, str], tuple[str, str]]:
     """(invoice, dimension) → billing.lateness's decision, and the invoice whose adjustment line billed
-    the late usage (found by the line's `details.invoice`; LateUsage.billed_on is not filled in)."""
+    the late usage (found by the adjustment lines' `details.invoice`: each, when late usage of one
+    dimension was billed over several invoices)."""
     decided = LateUsage.objects.filter(invoice__in=invoices).values_list(
         "invoice_id", "dimension", "decision"
     )
@@ -183,7 +184,9 @@ def _late_decisions(invoices: list[Invoice]) -> dict[tuple[int, str], tuple[str,
 
 def reconciliation_rows(selected: ReconciliationFilter) -> list[dict[str, Any]]:
     """One row per finalised invoice and built-in dimension it charges (custom metrics and outcomes
-    are not measured from raw record columns alone and are left out)."""
+    are not measured from raw record columns alone and are left out). A dimension whose price changed
+    within the period has several usage lines (one per version, and one for a period minimum or
+    maximum): the row adds them up, as the period's usage covers them all."""
     invoices = _invoices(selected)
     usage = measured(invoices)
     decisions = _late_decisions(invoices)
@@ -194,30 +197,35 @@ def reconciliation_rows(selected: ReconciliationFilter) -> list[dict[str, Any]]:
         included = {
             c["dimension"]: Decimal(c.get("included_quantity", "0")) for c in invoice.terms["charges"]
         }
+        by_dimension: dict[str, list[InvoiceLine]] = {}
         for line in invoice.lines.all():
-            if line.kind != "usage" or line.dimension not in AGGREGATES:
-                continue
-            d = line.dimension
+            if line.kind == "usage" and line.dimension in AGGREGATES:
+                by_dimension.setdefault(line.dimension, []).append(line)
+        for d, lines in by_dimension.items():
             rows.append(
-                _row(invoice, line, {p: parts[p][d] for p in _PARTS}, included.get(d, ZERO), decisions)
+                _row(invoice, d, lines, {p: parts[p][d] for p in _PARTS}, included.get(d, ZERO), decisions)
             )
     return rows
 
 
 def _row(
     invoice: Invoice,
-    line: Any,
+    dimension: str,
+    lines: list[InvoiceLine],
     part: dict[str, Decimal],
     included: Decimal,
     decisions: dict[tuple[int, str], tuple[str, str]],
 ) -> dict[str, Any]:
-    invoiced = line.quantity
+    invoiced = sum((line.quantity for line in lines), ZERO)
     unexplained = part["usage_total"] - part["late"] - part["excluded"] - invoiced
     disputed = min(part["disputed"], invoiced)
     quota = min(included, invoiced - disputed)
     net = invoiced - disputed - quota
-    credited = sum((n.amount for n in line.notes.all() if n.kind == "credit"), Decimal("0.00"))
-    decision, billed_on = decisions.get((invoice.pk, line.dimension), ("pending" if part["late"] else "", ""))
+    amount = sum((line.amount for line in lines), Decimal("0.00"))
+    credited = sum(
+        (n.amount for line in lines for n in line.notes.all() if n.kind == "credit"), Decimal("0.00")
+    )
+    decision, billed_on = decisions.get((invoice.pk, dimension), ("pending" if part["late"] else "", ""))
     difference = part["usage_total"] - net
     return {
         "invoice_id": invoice.pk,
@@ -228,7 +236,7 @@ def _row(
         "period_start": invoice.period_start,
         "period_end": invoice.period_end,
         "finalized_at": invoice.finalized_at,
-        "dimension": line.dimension,
+        "dimension": dimension,
         "usage_total": part["usage_total"],
         "late": part["late"],
         "late_decision": decision,
@@ -241,9 +249,9 @@ def _row(
         "net_billable": net,
         "difference": difference,
         "currency": invoice.currency,
-        "line_amount": line.amount,
+        "line_amount": amount,
         "credited": credited,
-        "net_amount": line.amount - credited,
+        "net_amount": amount - credited,
         "status": "unexplained" if unexplained else ("explained" if difference else "match"),
     }
 

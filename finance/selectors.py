@@ -16,15 +16,13 @@ from typing import Any
 from django.db.models import Case, Count, F, IntegerField, Q, QuerySet, Sum, Value, When
 from django.db.models.functions import TruncMonth
 
-from billing.costs import cost_report
+from billing.costs import cost_currency, cost_report, net_revenue_by, revenue_invoices
 from billing.models import Invoice, Note
-from catalog.models import HostCostProfile
 from contracts.models import Contract
 from contracts.money import round_money
 from ledger.models import Dispute
 
 ZERO = Decimal("0.00")
-REVENUE_STATUSES = (Invoice.Status.FINALIZED, Invoice.Status.PAID)
 # Group keys of the revenue report and the invoice fields behind them (`invoice__…` from a note).
 REVENUE_GROUPS = {"month": "period_start", "package": "contract__package__code", "tenant": "tenant__code"}
 COST_GROUPS = ("package", "tenant")
@@ -100,17 +98,6 @@ def invoice_totals(selected: InvoiceFilter) -> list[dict[str, Any]]:
     ]
 
 
-def _revenue_invoices(start: datetime | None, end: datetime | None, currency: str) -> QuerySet[Invoice]:
-    rows = Invoice.objects.filter(status__in=REVENUE_STATUSES)
-    if start is not None:
-        rows = rows.filter(period_start__gte=start)
-    if end is not None:
-        rows = rows.filter(period_start__lt=end)
-    if currency:
-        rows = rows.filter(currency=currency)
-    return rows
-
-
 def _group_fields(by: Sequence[str], prefix: str = "") -> dict[str, Any]:
     fields: dict[str, Any] = {}
     for key in by:
@@ -126,7 +113,7 @@ def net_revenue(
     """Per group (the `by` keys, then currency): finalised and paid invoices' subtotal (before tax),
     less their credit notes, plus their debit notes. A note counts in its invoice's month (the service
     month it corrects). Two aggregates (invoices, notes), so notes never multiply invoice sums."""
-    selected = _revenue_invoices(start, end, currency)
+    selected = revenue_invoices(start, end, currency)
     keys = [*(f"g_{k}" for k in by), "g_currency"]
     billed = (
         selected.annotate(**_group_fields(by))
@@ -171,18 +158,12 @@ def revenue_rows(
     return sorted(rows, key=lambda r: tuple(str(r[k]) for k in [*by, "currency"]))
 
 
-def cost_currency() -> str | None:
-    """The currency host costs are kept in, or None while the profiles use several (or none exist)."""
-    found = set(HostCostProfile.objects.values_list("currency", flat=True))
-    return found.pop() if len(found) == 1 else None
-
-
 def cost_rows(start: datetime, end: datetime, by: str) -> list[dict[str, Any]]:
     """Cost (billing.costs, per contract) and net revenue per package or tenant, and per the contracts'
     currency. A contract's cost goes to its own currency's row, so no row adds currencies; a margin is
     given only where the costs are in that same currency and every request's cost is known."""
     per_contract = {row.key: row for row in cost_report(start, end, by="contract")}
-    revenue = _contract_revenue(start, end)
+    revenue = net_revenue_by("contract__code", start, end)
     codes = set(per_contract) | {code for code, _ in revenue}
     owners: dict[str, dict[str, Any]] = {
         c["code"]: dict(c)
@@ -206,28 +187,6 @@ def cost_rows(start: datetime, end: datetime, by: str) -> list[dict[str, Any]]:
                 row["unpriced_requests"] += cost.unpriced_requests
                 row["raw_cost"] += cost.cost
     return [_margin(by, key, currency, row, costs_in) for (key, currency), row in sorted(rows.items())]
-
-
-def _contract_revenue(start: datetime, end: datetime) -> dict[tuple[str, str], Decimal]:
-    selected = _revenue_invoices(start, end, "")
-    billed = selected.values("contract__code", "currency").annotate(total=Sum("subtotal"))
-    noted = (
-        Note.objects.filter(invoice__in=selected)
-        .values("invoice__contract__code", "invoice__currency")
-        .annotate(
-            change=Sum(
-                Case(
-                    When(kind=Note.Kind.CREDIT, then=-F("amount")),
-                    default=F("amount"),
-                )
-            )
-        )
-    )
-    revenue = {(r["contract__code"], r["currency"]): r["total"] for r in billed}
-    for r in noted:
-        key = (r["invoice__contract__code"], r["invoice__currency"])
-        revenue[key] = revenue.get(key, ZERO) + r["change"]
-    return revenue
 
 
 def _margin(by: str, key: str, currency: str, row: dict[str, Any], costs_in: str | None) -> dict[str, Any]:

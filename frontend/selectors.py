@@ -17,7 +17,7 @@ from accounts.access import Principal
 from billing.models import Invoice, Note
 from billing.periods import month_bounds, month_of
 from billing.selectors import period_usage
-from contracts.models import Contract
+from contracts.models import Contract, prices_in_effect
 from entitlements.models import ApiKey, QuotaPeriod
 from ledger.models import Dispute
 from sla.models import SlaReport
@@ -94,10 +94,12 @@ def current_period(now: datetime | None = None) -> tuple[datetime, datetime]:
     return month_bounds(month_of(now or timezone.now()))
 
 
-def quotas(contract: Contract, start: datetime, end: datetime) -> list[Quota]:
-    """The contract's quotas (`ContractPrice.included_quantity` > 0) against its usage in [start, end),
-    measured by the same ClickHouse query that rates invoices."""
-    prices = [p for p in contract.prices.all() if p.included_quantity > 0]
+def quotas(contract: Contract, start: datetime, end: datetime, now: datetime | None = None) -> list[Quota]:
+    """The contract's quotas (`ContractPrice.included_quantity` > 0 of the price version in effect
+    `now`) against its usage in [start, end), measured by the same ClickHouse query that rates
+    invoices."""
+    in_effect = prices_in_effect(contract.prices.all(), now or timezone.now())
+    prices = [p for p in in_effect if p.included_quantity > 0]
     if not prices:
         return []
     metrics = {m.code: m.expression for m in contract.metrics.all()}

@@ -4,8 +4,12 @@ from .models import Contract, ContractMetric, ContractPrice
 
 
 class ContractPriceInline(admin.TabularInline):
+    """One row per price version; `effective_from` empty is the initial one (ContractPrice.clean checks
+    a new version's start like the API does)."""
+
     model = ContractPrice
     extra = 1
+    fields = ["dimension", "effective_from", "charge_model", "unit_price", "properties", "included_quantity"]
 
 
 class ContractMetricInline(admin.TabularInline):

@@ -1,6 +1,7 @@
 """Contracts: the tenant's list and detail with quotas and what is left this period, and the staff API
 for contract terms (charges per dimension, custom metrics; bad terms answer 400 with
-{code, message, details}; the same PUT again is a no-op)."""
+{code, message, details}; the same PUT again is a no-op). A charge PUT with `effective_from` adds a
+price version from that instant (docs/billing.md, "Price changes within a contract")."""
 
 from __future__ import annotations
 
@@ -124,6 +125,11 @@ class ChargeSerializer(serializers.Serializer):
     properties = serializers.DictField(required=False)
     included_quantity = serializers.CharField(default="0")
     currency = serializers.CharField(required=False)
+    effective_from = serializers.DateTimeField(
+        required=False,
+        allow_null=True,
+        help_text="A new price version from this instant (UTC) on; absent or null: the initial price.",
+    )
 
 
 class MetricSerializer(serializers.Serializer):
@@ -150,6 +156,7 @@ class ChargeView(APIView):
                 "unit_price": str(price.unit_price),
                 "properties": price.properties,
                 "included_quantity": str(price.included_quantity),
+                "effective_from": price.effective_from.isoformat() if price.effective_from else None,
             }
         )
 

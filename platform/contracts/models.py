@@ -1,5 +1,7 @@
 from __future__ import annotations
 
+from collections.abc import Iterable
+from datetime import UTC, datetime
 from decimal import Decimal
 
 from django.core.exceptions import ValidationError
@@ -159,6 +161,10 @@ class ContractPrice(models.Model):
     `charge_model` picks billing.charge_models; `per_unit` uses `unit_price`, the others `properties`
     (tiers, package size, rate, minimum/maximum). `included_quantity` is free each period (the quota);
     what exceeds it is the overage that the charge model prices.
+
+    A dimension may have several versions: each applies from its `effective_from` (empty: the contract
+    start) until the next version's; rating splits a period at the change (docs/billing.md, "Price
+    changes within a contract").
     """
 
     class ChargeModel(models.TextChoices):
@@ -174,11 +180,23 @@ class ContractPrice(models.Model):
     unit_price = models.DecimalField(max_digits=20, decimal_places=8, default=ZERO)
     properties = models.JSONField(default=dict, blank=True)
     included_quantity = models.DecimalField(max_digits=24, decimal_places=6, default=ZERO)
+    effective_from = models.DateTimeField(
+        null=True,
+        blank=True,
+        help_text="UTC; this version applies from then until the next. Empty: from the start.",
+    )
 
     class Meta:
-        ordering = ["contract", "dimension"]
+        ordering = ["contract", "dimension", models.F("effective_from").asc(nulls_first=True)]
         constraints = [
-            models.UniqueConstraint(fields=["contract", "dimension"], name="one_price_per_dimension"),
+            models.UniqueConstraint(
+                fields=["contract", "dimension", "effective_from"], name="one_price_version_per_instant"
+            ),
+            models.UniqueConstraint(  # NULLs are distinct in a unique index: one initial version
+                fields=["contract", "dimension"],
+                condition=models.Q(effective_from__isnull=True),
+                name="one_initial_price_per_dimension",
+            ),
             models.CheckConstraint(condition=models.Q(unit_price__gte=0), name="unit_price_not_negative"),
             models.CheckConstraint(
                 condition=models.Q(included_quantity__gte=0), name="included_not_negative"
@@ -186,12 +204,15 @@ class ContractPrice(models.Model):
         ]
 
     def __str__(self) -> str:
-        return f"{self.contract.code} {self.dimension} {self.charge_model}"
+        since = f" from {self.effective_from.isoformat()}" if self.effective_from else ""
+        return f"{self.contract.code} {self.dimension} {self.charge_model}{since}"
 
     def clean(self) -> None:
         """The admin's forms get the same checks as the API (contracts.services.set_charge)."""
-        from billing.errors import TermsError  # billing depends on contracts, not the other way round
+        from billing.errors import BillingError  # billing depends on contracts, not the other way round
         from billing.terms import validate_charge
+
+        from .services import check_price_version
 
         properties = dict(self.properties or {})
         if self.charge_model == self.ChargeModel.PER_UNIT:
@@ -199,5 +220,25 @@ class ContractPrice(models.Model):
         codes = set(self.contract.metrics.values_list("code", flat=True)) if self.contract_id else set()
         try:
             validate_charge(self.dimension, self.charge_model, properties, codes)
-        except TermsError as error:
+            if self.contract_id and self.effective_from is not None and self._moved():
+                self.effective_from = check_price_version(self.contract, self.dimension, self.effective_from)
+        except BillingError as error:  # TermsError too
             raise ValidationError(f"{error.message} ({error.code})") from None
+
+    def _moved(self) -> bool:
+        """A new version, or one whose start changes (editing a version's terms in place is allowed)."""
+        stored = ContractPrice.objects.filter(pk=self.pk).values_list("effective_from", flat=True).first()
+        return self.pk is None or stored != self.effective_from
+
+
+_BEGINNING = datetime.min.replace(tzinfo=UTC)
+
+
+def prices_in_effect(prices: Iterable[ContractPrice], moment: datetime) -> list[ContractPrice]:
+    """Of a contract's price versions, the one of each dimension that applies at `moment` (none for a
+    dimension whose first version starts later), in dimension order."""
+    current: dict[str, ContractPrice] = {}
+    for price in sorted(prices, key=lambda p: (p.dimension, p.effective_from or _BEGINNING)):
+        if price.effective_from is None or price.effective_from <= moment:
+            current[price.dimension] = price
+    return list(current.values())

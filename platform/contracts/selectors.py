@@ -12,12 +12,13 @@ from datetime import datetime
 from decimal import Decimal
 
 from django.db.models import QuerySet
+from django.utils import timezone
 
 from billing.periods import month_bounds, month_of
 from billing.rating import PeriodUsage
 from billing.selectors import ContractMeter, usage_by_contract
 
-from .models import NEVER_BILLED, Contract
+from .models import NEVER_BILLED, Contract, prices_in_effect
 
 ZERO = Decimal(0)
 
@@ -51,12 +52,13 @@ def current_usage(contracts: Sequence[Contract], now: datetime) -> dict[str, Per
     return usage_by_contract(meters, start, end)
 
 
-def quotas(contract: Contract, usage: PeriodUsage | None) -> list[Quota]:
-    """Per priced dimension: the included quantity, what this period used, and what is left of it
-    (usage None: nothing measured yet, e.g. a contract waiting for payment)."""
+def quotas(contract: Contract, usage: PeriodUsage | None, now: datetime | None = None) -> list[Quota]:
+    """Per priced dimension, with the price version in effect `now`: the included quantity, what this
+    period used, and what is left of it (usage None: nothing measured yet, e.g. a contract waiting for
+    payment)."""
     rows = []
     quantities = {} if usage is None else usage.quantities
-    for price in contract.prices.all():
+    for price in prices_in_effect(contract.prices.all(), now or timezone.now()):
         used = quantities.get(price.dimension, ZERO if usage is None else None)
         left = None if used is None else max(price.included_quantity - used, ZERO)
         rows.append(

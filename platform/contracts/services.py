@@ -10,14 +10,15 @@ from typing import Any
 from django.db import transaction
 from django.utils import timezone
 
-from billing.errors import TermsError
+from billing.errors import BillingError, TermsError
 from billing.expressions import compile_metric
-from billing.periods import month_of
+from billing.models import OPEN_STATUSES, Invoice
+from billing.periods import month_bounds, month_of
 from billing.terms import validate_charge
 from webhooks.events import publish_quota_exhausted
 
 from .dimensions import Dimension
-from .models import Contract, ContractMetric, ContractPrice
+from .models import Contract, ContractMetric, ContractPrice, prices_in_effect
 from .selectors import current_usage
 
 
@@ -54,8 +55,14 @@ def set_charge(
     properties: dict[str, Any] | None = None,
     included_quantity: Any = 0,
     currency: str | None = None,
+    effective_from: datetime | None = None,
 ) -> ContractPrice:
-    """Create or replace the charge for one dimension (idempotent: the same call again changes nothing)."""
+    """Create or replace the charge for one dimension (idempotent: the same call again changes nothing).
+
+    Without `effective_from` it is the dimension's initial version, replaced in place. With it, a new
+    version from that instant (`check_price_version`); a version once written at an instant is not
+    replaced by a different one (409 `price_version_exists`): finalised invoices keep their own copy,
+    but open periods would silently change price."""
     check_currency(contract, currency)
     properties = dict(properties or {})
     if charge_model == "per_unit":
@@ -68,20 +75,72 @@ def set_charge(
     metric_codes = set(contract.metrics.values_list("code", flat=True))
     validate_charge(dimension, charge_model, properties, metric_codes)
     included = _decimal(included_quantity, "included_quantity")
+    values = {
+        "charge_model": charge_model,
+        "unit_price": Decimal(properties.pop("unit_price")) if charge_model == "per_unit" else Decimal(0),
+        "properties": properties,
+        "included_quantity": included,
+    }
     with transaction.atomic():
-        price, _ = ContractPrice.objects.update_or_create(
-            contract=contract,
-            dimension=dimension,
-            defaults={
-                "charge_model": charge_model,
-                "unit_price": Decimal(properties.pop("unit_price"))
-                if charge_model == "per_unit"
-                else Decimal(0),
-                "properties": properties,
-                "included_quantity": included,
-            },
+        # The contract row, as generate_invoice takes it: no period is finalised while a version is added.
+        list(Contract.objects.select_for_update().filter(pk=contract.pk).values_list("pk", flat=True))
+        if effective_from is not None:
+            effective_from = check_price_version(contract, dimension, effective_from)
+        if effective_from is None:
+            price, _ = ContractPrice.objects.update_or_create(
+                contract=contract, dimension=dimension, effective_from=None, defaults=values
+            )
+            return price
+        price, created = ContractPrice.objects.get_or_create(
+            contract=contract, dimension=dimension, effective_from=effective_from, defaults=values
         )
+        if not created and any(getattr(price, name) != value for name, value in values.items()):
+            raise BillingError(
+                "price_version_exists",
+                f"{dimension} already has a different price from {effective_from.isoformat()}.",
+                {"dimension": dimension, "effective_from": effective_from.isoformat()},
+            )
     return price
+
+
+def check_price_version(contract: Contract, dimension: str, effective_from: datetime) -> datetime | None:
+    """The instant a new price version of `dimension` may start at, or an error: not before the
+    contract start (the start itself is the initial version's instant: None), not inside a period
+    already invoiced for good, and for outcomes (billed per period, not per record time) only at a
+    period start. Two versions at one instant are refused by the caller and the unique constraints."""
+    if timezone.is_naive(effective_from):
+        raise TermsError("naive_datetime", "'effective_from' needs a time zone (UTC).", {})
+    details = {"dimension": dimension, "effective_from": effective_from.isoformat()}
+    if effective_from < contract.starts_at:
+        raise TermsError(
+            "effective_before_contract_start",
+            f"A price cannot apply before the contract starts ({contract.starts_at.isoformat()}).",
+            details,
+        )
+    instant = None if effective_from == contract.starts_at else effective_from
+    if instant is not None and dimension == Dimension.OUTCOMES and instant != _period_start(instant):
+        raise TermsError(
+            "outcome_price_mid_period",
+            "Outcomes are billed per period: their price can change at a period start (UTC month) only.",
+            details,
+        )
+    finalised = (
+        Invoice.objects.filter(contract=contract, period_end__gt=effective_from)
+        .exclude(status__in=OPEN_STATUSES)
+        .order_by("-period_end")
+        .first()
+    )
+    if finalised is not None:
+        raise BillingError(
+            "period_finalised",
+            f"Invoice {finalised.number} already bills the period up to {finalised.period_end.isoformat()}.",
+            {**details, "finalised_until": finalised.period_end.isoformat()},
+        )
+    return instant
+
+
+def _period_start(moment: datetime) -> datetime:
+    return month_bounds(month_of(moment))[0]
 
 
 def set_metric(contract: Contract, code: str, name: str, expression: str) -> ContractMetric:
@@ -190,7 +249,7 @@ def publish_exhausted_quotas(now: datetime | None = None) -> int:
     exhausted = 0
     for contract in contracts:
         quantities = usage[contract.code].quantities
-        for price in contract.prices.all():
+        for price in prices_in_effect(contract.prices.all(), now):
             used = quantities.get(price.dimension)
             if price.included_quantity > 0 and used is not None and used >= price.included_quantity:
                 publish_quota_exhausted(contract, price.dimension, price.included_quantity, used, month)

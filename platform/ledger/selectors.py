@@ -12,8 +12,8 @@ import orjson
 from django.db.models import Count, Max, Min, QuerySet
 
 from agents.models import Agent
-from billing.models import Invoice
-from contracts.models import ContractPrice
+from billing.models import Invoice, InvoiceLine
+from billing.terms import Terms
 from ingest.models import SequenceGap
 
 from .merkle import consistency_path, inclusion_path, leaf_hash, multi_inclusion
@@ -185,20 +185,9 @@ def invoice_export(invoice: Invoice, previous_sizes: list[int]) -> tuple[dict[st
             "period_end_ns": end_ns,
             "record_count": invoice.record_count,
             "total": str(invoice.total),
-            "lines": [
-                {
-                    "kind": line.kind,
-                    "dimension": line.dimension,
-                    "quantity": str(line.quantity),
-                    "unit_price": str(line.unit_price),
-                    "amount": str(line.amount),
-                }
-                for line in invoice.lines.all()
-            ],
+            "lines": [_export_line(line) for line in invoice.lines.all()],
         },
-        "prices": {
-            p.dimension: _charge_terms(p) for p in ContractPrice.objects.filter(contract=invoice.contract)
-        },
+        "prices": _export_prices(invoice),
         "checkpoint": checkpoint.note,
         "consistency": [_consistency_entry(size, checkpoint.size, tree) for size in previous_sizes],
         "lines": len(entries.lines),
@@ -214,15 +203,41 @@ def invoice_export(invoice: Invoice, previous_sizes: list[int]) -> tuple[dict[st
     return manifest, entries.lines
 
 
-def _charge_terms(price: ContractPrice) -> dict[str, Any]:
-    properties = dict(price.properties)
-    if price.charge_model == ContractPrice.ChargeModel.PER_UNIT:
-        properties.setdefault("unit_price", str(price.unit_price))
-    return {
-        "charge_model": price.charge_model,
-        "properties": properties,
-        "included_quantity": str(price.included_quantity),
+_SEGMENT_DETAILS = ("effective_from", "segment_start", "segment_end")
+
+
+def _export_line(line: InvoiceLine) -> dict[str, Any]:
+    """A line as exported; one version's line of a dimension whose price changed within the period
+    also names the version (`effective_from`) and the part of the period it covers."""
+    exported = {
+        "kind": line.kind,
+        "dimension": line.dimension,
+        "quantity": str(line.quantity),
+        "unit_price": str(line.unit_price),
+        "amount": str(line.amount),
     }
+    if "segment_start" in line.details:
+        exported.update({key: line.details[key] for key in _SEGMENT_DETAILS})
+    return exported
+
+
+def _export_prices(invoice: Invoice) -> dict[str, Any]:
+    """Per dimension, the terms the invoice was rated with (frozen in it): the newest version in the
+    period (its quota and period bounds apply to the whole period) and, under `versions`, every
+    version that applied, oldest first, each with its `effective_from` ("": the contract start)."""
+    prices = {}
+    for dimension, versions in Terms.from_json(invoice.terms).versions().items():
+        listed = [
+            {
+                "charge_model": charge.charge_model,
+                "properties": charge.properties,
+                "included_quantity": charge.included_quantity,
+                "effective_from": charge.effective_from,
+            }
+            for charge in versions
+        ]
+        prices[dimension] = {**listed[-1], "versions": listed}
+    return prices
 
 
 def export_body(manifest: dict[str, Any], lines: list[bytes]) -> bytes:

@@ -10,9 +10,11 @@ from __future__ import annotations
 
 import base64
 import hashlib
+from bisect import bisect_right
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from decimal import Decimal
+from functools import cached_property
 from typing import Any
 
 from django.conf import settings
@@ -21,10 +23,11 @@ from django.db import IntegrityError, connection, transaction
 from agents.models import Agent
 from billing.errors import BillingError
 from billing.models import Invoice, InvoiceLine
-from billing.rating import ZERO, rate_charge
+from billing.rating import ZERO, PeriodUsage, SegmentUsage, rate_charge, rate_versions
 from billing.services import issue_note
 from billing.terms import Terms
 from ingest.models import IngestBatch, SequenceGap
+from sla.sli import nanos
 from treemeter_records import private_key_from_seed
 from webhooks.events import publish_dispute_updated
 from webhooks.services import publish_event
@@ -304,6 +307,88 @@ def resolve_dispute(
         return dispute
 
 
+class _SegmentCredits:
+    """What excluding records takes off the lines of a dimension whose price changed within the
+    invoice's period. The dimension's versions are rated (`rate_versions`: quota and tiers run in time
+    order, as on the invoice) on the usage per price segment the invoice billed, less earlier
+    exclusions, with and without these records; each version's line gives back its difference. A
+    period minimum or maximum caps the total given back at what the dimension's lines lose together."""
+
+    def __init__(
+        self, invoice: Invoice, terms: Terms, earlier: dict[str, int], excluded: dict[str, int]
+    ) -> None:
+        self.invoice, self.terms = invoice, terms
+        self.earlier, self.excluded = earlier, excluded
+        self.edges = [nanos(b) for b in terms.change_instants(invoice.period_start, invoice.period_end)]
+        self.credits: dict[str, dict[str, tuple[Decimal, Decimal]]] = {}
+
+    @cached_property
+    def kept(self) -> list[dict[str, Decimal]]:
+        """Per segment, what the invoice billed less what earlier exclusions took off."""
+        billed = [
+            {d: Decimal(q) for d, q in segment["quantities"].items()}
+            for segment in self.invoice.terms.get("segments", [])
+        ]
+        return self._less(billed, self._by_segment(self.earlier))
+
+    @cached_property
+    def after(self) -> list[dict[str, Decimal]]:
+        return self._less(self.kept, self._by_segment(self.excluded))
+
+    def _by_segment(self, records: dict[str, int]) -> list[dict[str, Decimal]]:
+        """The billed usage of these records (id → start_ns) per price segment."""
+        groups: list[list[str]] = [[] for _ in range(len(self.edges) + 1)]
+        for record_id, start_ns in records.items():
+            groups[bisect_right(self.edges, start_ns)].append(record_id)
+        tenant, contract = self.invoice.tenant.code, self.invoice.contract.code
+        return [billed_usage(tenant, contract, ids) for ids in groups]
+
+    @staticmethod
+    def _less(usage: list[dict[str, Decimal]], minus: list[dict[str, Decimal]]) -> list[dict[str, Decimal]]:
+        return [
+            {d: q - taken.get(d, ZERO) for d, q in part.items()}
+            for part, taken in zip(usage, minus, strict=True)
+        ]
+
+    def _usage(self, parts: list[dict[str, Decimal]]) -> PeriodUsage:
+        edges = [
+            self.invoice.period_start,
+            *self.terms.change_instants(self.invoice.period_start, self.invoice.period_end),
+            self.invoice.period_end,
+        ]
+        totals: dict[str, Decimal] = {}
+        for part in parts:
+            for d, q in part.items():
+                totals[d] = totals.get(d, ZERO) + q
+        segments = tuple(SegmentUsage(edges[k], edges[k + 1], part) for k, part in enumerate(parts))
+        return PeriodUsage(0, totals, segments=segments)
+
+    def _rate(self, dimension: str) -> dict[str, tuple[Decimal, Decimal]]:
+        versions = self.terms.versions().get(dimension, [])
+        if not versions or any(v.charge_model == "percentage" for v in versions):
+            return {}
+        start, end, currency = self.invoice.period_start, self.invoice.period_end, self.invoice.currency
+        kept = rate_versions(versions, self._usage(self.kept), start, end, currency)
+        after = rate_versions(versions, self._usage(self.after), start, end, currency)
+        left = sum((x.amount for x in kept), ZERO) - sum((x.amount for x in after), ZERO)
+        remaining = {x.details["segment_start"]: x for x in after if "segment_start" in x.details}
+        credits = {}
+        for line in kept:
+            if "segment_start" not in line.details:
+                continue
+            rest = remaining[line.details["segment_start"]]
+            amount = min(line.amount - rest.amount, max(left, ZERO))
+            left -= amount
+            credits[line.details["segment_start"]] = (line.quantity - rest.quantity, amount)
+        return credits
+
+    def credit(self, line: InvoiceLine) -> tuple[Decimal, Decimal]:
+        """The excluded quantity in the line's segment, and what it was billed on this line."""
+        if line.dimension not in self.credits:
+            self.credits[line.dimension] = self._rate(line.dimension)
+        return self.credits[line.dimension].get(line.details["segment_start"], (ZERO, ZERO))
+
+
 def _exclude_records(
     user: Any, dispute: Dispute, comment: str, record_ids: list[str] | None, window: Window | None
 ) -> Dispute:
@@ -333,10 +418,13 @@ def _exclude_records(
             409, "nothing_to_exclude", "No record to exclude that is not excluded already."
         )
     start_ns, end_ns = period_ns(invoice)
-    earlier = BillingExclusion.objects.filter(
-        tenant=tenant, contract=contract, start_ns__gte=start_ns, start_ns__lt=end_ns
-    ).values_list("record_id", flat=True)
-    before = billed_usage(tenant, contract, [str(r) for r in earlier])  # what earlier exclusions took off
+    earlier_starts = {
+        str(record_id): start
+        for record_id, start in BillingExclusion.objects.filter(
+            tenant=tenant, contract=contract, start_ns__gte=start_ns, start_ns__lt=end_ns
+        ).values_list("record_id", "start_ns")
+    }
+    before = billed_usage(tenant, contract, list(earlier_starts))  # what earlier exclusions took off
     try:
         BillingExclusion.objects.bulk_create(
             BillingExclusion(
@@ -348,18 +436,31 @@ def _exclude_records(
         raise LedgerLookupError(
             409, "exclusion_conflict", "Another dispute excluded some of these records meanwhile; retry."
         ) from None
+    terms = Terms.from_json(invoice.terms)
+    by_version = {(c.dimension, c.effective_from): c for c in terms.charges}
+    versions = terms.versions()
     usage = billed_usage(tenant, contract, excluded)
-    charges = {c.dimension: c for c in Terms.from_json(invoice.terms).charges}
+    segmented = _SegmentCredits(invoice, terms, earlier_starts, {r: found[r] for r in excluded})
     credits: list[dict[str, str]] = []
     for line in invoice.lines.filter(kind="usage").order_by("pk"):
-        charge, quantity = charges.get(line.dimension), usage.get(line.dimension)
-        if charge is None or not quantity or charge.charge_model == "percentage":
+        if "rated" in line.details:  # a period minimum/maximum line: nothing of it is per record
             continue
-        kept = line.quantity - before[line.dimension]
-        billed = rate_charge(charge, kept, ZERO, invoice.currency).amount
-        rest = rate_charge(charge, kept - quantity, ZERO, invoice.currency).amount
+        if "segment_start" in line.details:  # one version of a dimension whose price changed
+            quantity, billed_less = segmented.credit(line)  # quota freed earlier counts on later lines
+        else:
+            dimension_versions = versions.get(line.dimension, [])
+            charge = by_version.get((line.dimension, line.details.get("effective_from", ""))) or (
+                dimension_versions[0] if len(dimension_versions) == 1 else None
+            )
+            quantity = usage.get(line.dimension, ZERO)
+            if charge is None or not quantity or charge.charge_model == "percentage":
+                continue
+            kept = line.quantity - before[line.dimension]
+            billed = rate_charge(charge, kept, ZERO, invoice.currency).amount
+            rest = rate_charge(charge, kept - quantity, ZERO, invoice.currency).amount
+            billed_less = billed - rest
         left = line.amount - sum((n.amount for n in line.notes.filter(kind="credit")), ZERO)
-        credit = min(billed - rest, left)
+        credit = min(billed_less, left)
         if credit <= 0:
             continue
         try:

@@ -1,8 +1,10 @@
 """A local fake of the few Stripe HTTP API endpoints billing uses, for tests (Stripe is unreachable here):
-customers, payment intents and Checkout Sessions (paid with `pay_checkout`).
+customers, payment intents (created, updated, canceled; paid with `pay_intent`), refunds (failed with
+`fail_refund`) and Checkout Sessions (paid with `pay_checkout`).
 
 It speaks Stripe's wire format (form-encoded requests, JSON objects, error bodies), keeps idempotency
-keys like Stripe does (same key → the first response), and can fail the next N requests with a 500.
+keys like Stripe does (same key → the first response; the same key with other parameters → 400
+`idempotency_error`), and can fail the next N requests with a 500 (a failure is not kept for the key).
 """
 
 from __future__ import annotations
@@ -26,21 +28,36 @@ class FakeStripe:
     requests: list[tuple[str, str, dict[str, str], str | None]] = field(default_factory=list)
     objects: dict[str, dict[str, Any]] = field(default_factory=dict)
     fail_next: int = 0
-    _replies: dict[str, tuple[int, bytes]] = field(default_factory=dict)
+    _replies: dict[str, tuple[tuple[str, str, dict[str, str]], tuple[int, bytes]]] = field(
+        default_factory=dict
+    )
     _lock: threading.Lock = field(default_factory=threading.Lock)
 
     def handle(self, method: str, path: str, form: dict[str, str], key: str | None) -> tuple[int, bytes]:
         with self._lock:
             self.requests.append((method, path, form, key))
             if key is not None and key in self._replies:
-                return self._replies[key]
+                request, reply = self._replies[key]
+                if request != (method, path, form):
+                    return _error(
+                        400,
+                        "idempotency_error",
+                        "Keys for idempotent requests can only be used with the same parameters they "
+                        f"were first used with. Try using a key other than '{key}'.",
+                    )
+                return reply
             if self.fail_next:
                 self.fail_next -= 1
-                return 500, json.dumps({"error": {"type": "api_error", "message": "fake outage"}}).encode()
+                return _error(500, "api_error", "fake outage")
             reply = self._route(method, path, form)
             if key is not None:
-                self._replies[key] = reply
+                self._replies[key] = ((method, path, form), reply)
             return reply
+
+    def refunds_of(self, intent_id: str) -> list[dict[str, Any]]:
+        return [
+            o for o in self.objects.values() if o["object"] == "refund" and o["payment_intent"] == intent_id
+        ]
 
     def _route(self, method: str, path: str, form: dict[str, str]) -> tuple[int, bytes]:
         metadata = {k[9:-1]: v for k, v in form.items() if k.startswith("metadata[")}
@@ -58,13 +75,63 @@ class FakeStripe:
                 "id": f"pi_{len(self.objects) + 1}",
                 **plain,
                 "amount": int(plain["amount"]),
+                "amount_received": 0,
                 "status": "requires_payment_method",
                 "metadata": metadata,
             }
+        elif method == "POST" and path.startswith("/v1/payment_intents/"):
+            intent_id, _, action = path[20:].partition("/")
+            if intent_id not in self.objects:
+                return _error(404, "invalid_request_error", f"No such payment_intent: '{intent_id}'")
+            intent = self.objects[intent_id]
+            if intent["status"] in ("succeeded", "canceled", "processing"):
+                return _error(
+                    400,
+                    "invalid_request_error",
+                    f"This PaymentIntent's status is {intent['status']}: it cannot be changed.",
+                    "payment_intent_unexpected_state",
+                )
+            if action == "cancel":
+                obj = {
+                    **intent,
+                    "status": "canceled",
+                    "cancellation_reason": plain.get("cancellation_reason"),
+                }
+            elif action == "":
+                amount = int(plain.get("amount", intent["amount"]))
+                obj = {**intent, **plain, "amount": amount, "metadata": {**intent["metadata"], **metadata}}
+            else:
+                return _error(404, "invalid_request_error", "no such route")
+        elif method == "POST" and path == "/v1/refunds":
+            charged = self.objects.get(plain.get("payment_intent", ""))
+            if charged is None or charged["status"] != "succeeded":
+                return _error(
+                    400, "invalid_request_error", "This PaymentIntent has no successful charge to refund."
+                )
+            left = charged["amount_received"] - sum(
+                r["amount"]
+                for r in self.refunds_of(charged["id"])
+                if r["status"] not in ("failed", "canceled")
+            )
+            amount = int(plain.get("amount", left))
+            if amount > left:
+                return _error(
+                    400,
+                    "invalid_request_error",
+                    f"Refund amount ({amount}) is greater than unrefunded amount on charge ({left})",
+                    "amount_too_large",
+                )
+            obj = {
+                "object": "refund",
+                "id": f"re_{len(self.objects) + 1}",
+                "payment_intent": charged["id"],
+                "amount": amount,
+                "currency": charged["currency"],
+                "status": "succeeded",
+                "metadata": metadata,
+            }
         else:
-            return 404, json.dumps(
-                {"error": {"type": "invalid_request_error", "message": "no such route"}}
-            ).encode()
+            return _error(404, "invalid_request_error", "no such route")
         self.objects[obj["id"]] = obj
         return 200, json.dumps(obj).encode()
 
@@ -91,6 +158,28 @@ class FakeStripe:
             "metadata": metadata,
         }
 
+    def pay_intent(self, intent_id: str, event_id: str) -> dict[str, Any]:
+        """The customer pays the PaymentIntent in full: Stripe would send this event."""
+        with self._lock:
+            intent = self.objects[intent_id]
+            intent = {**intent, "status": "succeeded", "amount_received": intent["amount"]}
+            self.objects[intent_id] = intent
+        return {
+            "id": event_id,
+            "object": "event",
+            "type": "payment_intent.succeeded",
+            "data": {"object": intent},
+        }
+
+    def fail_refund(
+        self, refund_id: str, event_id: str, reason: str = "expired_or_canceled_card"
+    ) -> dict[str, Any]:
+        """The bank returns the refund: it fails, and Stripe would send this event."""
+        with self._lock:
+            refund = {**self.objects[refund_id], "status": "failed", "failure_reason": reason}
+            self.objects[refund_id] = refund
+        return {"id": event_id, "object": "event", "type": "refund.updated", "data": {"object": refund}}
+
     def pay_checkout(self, session_id: str, event_id: str) -> dict[str, Any]:
         """The customer pays on the hosted page: the session completes, and Stripe would send this event."""
         with self._lock:
@@ -102,6 +191,12 @@ class FakeStripe:
             "type": "checkout.session.completed",
             "data": {"object": session},
         }
+
+
+def _error(status: int, kind: str, message: str, code: str | None = None) -> tuple[int, bytes]:
+    """Stripe's error body: {"error": {type, message[, code]}}."""
+    error = {"type": kind, "message": message, **({"code": code} if code else {})}
+    return status, json.dumps({"error": error}).encode()
 
 
 @contextmanager

@@ -10,7 +10,7 @@ import pytest
 from agents.models import Agent
 from billing.costs import cost_report, suggested_base_fee
 from billing.periods import month_bounds
-from billing.services import generate_invoice
+from billing.services import finalize_invoice, generate_invoice, issue_note
 from catalog.models import HostCostProfile
 from contracts.models import ContractPrice
 from tests.billing.usage import at, send
@@ -19,6 +19,7 @@ from tests.factories import ContractFactory
 pytestmark = [pytest.mark.usefixtures("clickhouse"), pytest.mark.django_db]
 D = Decimal
 NOV = month_bounds("2026-11")
+DEC_2 = datetime(2026, 12, 2, tzinfo=UTC)
 
 
 def test_cost_per_request_and_gross_margin_per_contract_package_and_tenant() -> None:
@@ -33,7 +34,7 @@ def test_cost_per_request_and_gross_margin_per_contract_package_and_tenant() -> 
     for contract, count in ((priced, 10), (unpriced, 4)):
         ContractPrice.objects.create(contract=contract, dimension="requests", unit_price=D("1.00"))
         send(contract, count, at(2026, 11, 4))
-        generate_invoice(contract.pk, *NOV, now=datetime(2026, 12, 2, tzinfo=UTC))
+        finalize_invoice(generate_invoice(contract.pk, *NOV, now=DEC_2), now=DEC_2)
     Agent.objects.filter(agent_id=f"agent-{priced.code}").update(host_class="h100")
     Agent.objects.filter(agent_id=f"agent-{unpriced.code}").update(host_class="no-profile")
 
@@ -58,6 +59,28 @@ def test_cost_per_request_and_gross_margin_per_contract_package_and_tenant() -> 
     assert suggested_base_fee(priced.package, *NOV) == D("9.19")  # 7.07 × 1.3 = 9.191
     with pytest.raises(ValueError, match="group by"):
         cost_report(*NOV, by="agent")
+
+
+def test_revenue_is_issued_invoices_net_of_notes_in_the_cost_currency() -> None:
+    HostCostProfile.objects.create(  # costs in CNY
+        host_class="h100", depreciation_per_hour=D(1), power_per_hour=D(0), operations_per_hour=D(0)
+    )
+    issued = ContractFactory.create()
+    in_dollars = ContractFactory.create(currency="USD")
+    in_grace = ContractFactory.create(grace_days=5)  # its invoice is still a draft on 2 December
+    for contract in (issued, in_dollars, in_grace):
+        ContractPrice.objects.create(contract=contract, dimension="requests", unit_price=D("1.00"))
+        send(contract, 10, at(2026, 11, 4))
+    invoice = finalize_invoice(generate_invoice(issued.pk, *NOV, now=DEC_2), now=DEC_2)
+    issue_note(invoice, "credit", D("2.50"), "goodwill")
+    issue_note(invoice, "debit", D("0.50"), "courier fee")
+    finalize_invoice(generate_invoice(in_dollars.pk, *NOV, now=DEC_2), now=DEC_2)
+    assert generate_invoice(in_grace.pk, *NOV, now=DEC_2).status == "grace"
+
+    revenue = {row.key: row.revenue for row in cost_report(*NOV)}
+
+    # 10 × 1.00 − 2.50 + 0.50; the USD invoice is in another currency, the draft is not issued
+    assert revenue == {issued.code: D("8.00"), in_dollars.code: D(0), in_grace.code: D(0)}
 
 
 def test_the_cost_report_command(capsys: pytest.CaptureFixture[str]) -> None:

@@ -63,6 +63,7 @@ def test_a_finalised_invoice_is_pushed_once_as_a_payment_intent(
 
     payment = StripePayment.objects.get(invoice=invoice)
     assert (payment.status, payment.attempts, payment.payment_intent_id) == ("pushed", 1, "pi_2")
+    assert payment.amount == Decimal("1234.56")
     intent = stripe_api.objects["pi_2"]
     assert (intent["amount"], intent["currency"], intent["customer"]) == (123456, "cny", "cus_1")
     assert intent["metadata"] == {"invoice": invoice.number, "invoice_id": str(invoice.pk)}

@@ -92,9 +92,9 @@ def test_an_untampered_invoice_verifies_line_by_line(client: Client) -> None:
     verdicts = {v.check: v.detail for v in report.verdicts}
     # contract A holds seqs 1,2,3,5,6,7,9,10,11,13,14; all are billed but 7 (an error)
     assert verdicts["record count"] == "11 records"
-    assert verdicts["line usage requests"] == "10 × 0.05000000 = 0.50 CNY"
-    assert verdicts["line usage tokens_in"] == "1074 × 0.00020000 = 0.21 CNY"
-    assert verdicts["line usage l3_seconds"] == "0.9 × 0.80000000 = 0.72 CNY"
+    assert verdicts["line usage requests"] == "10 × 0.05 = 0.50 CNY"  # the price frozen in the invoice
+    assert verdicts["line usage tokens_in"] == "1074 × 0.0002 = 0.21 CNY"
+    assert verdicts["line usage l3_seconds"] == "0.9 × 0.8 = 0.72 CNY"
     assert verdicts["inclusion in checkpoint"] == "11 records proven in the signed log"
     assert verdicts["sequence completeness"] == "no gaps in 1 agents' sequences"
 
@@ -144,7 +144,7 @@ def test_the_console_script_prints_verdicts_and_exits_by_outcome(client: Client,
     env = {"PYTHONPATH": str(REPO / "verifier"), "PATH": "/usr/bin:/bin"}
     ok = subprocess.run(run, capture_output=True, text=True, env=env, check=False)
     assert ok.returncode == 0, ok.stdout + ok.stderr
-    assert "PASS  line usage requests: 10 × 0.05000000 = 0.50 CNY" in ok.stdout
+    assert "PASS  line usage requests: 10 × 0.05 = 0.50 CNY" in ok.stdout
     assert ok.stdout.splitlines()[-1].startswith("VERIFIED: 11 records")
     export.write_bytes(response.content.replace(b'"tokens_in":101', b'"tokens_in":109'))
     bad = subprocess.run(run, capture_output=True, text=True, env=env, check=False)

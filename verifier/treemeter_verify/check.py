@@ -486,7 +486,9 @@ def _check_completeness(batches: list[_Batch], reported: dict[str, list[list[int
 def _check_lines(
     invoice: dict[str, Any], prices: dict[str, Any], usage: list[int], records: int, report: Report
 ) -> None:
-    """Usage lines of built-in dimensions: quantity from the records; per_unit amounts to the cent."""
+    """Usage lines of built-in dimensions: quantity from the records; per_unit amounts to the cent. A
+    dimension whose price changed within the period has a line per version (`segment_start`) and maybe
+    a period-bound line: their quantities together must be the records'; amounts are not re-rated."""
     currency = invoice["currency"]
     if invoice["record_count"] != records:
         report.add(
@@ -494,6 +496,16 @@ def _check_lines(
         )
     else:
         report.add("record count", [], f"{records} records")
+    segmented: dict[str, Decimal] = {}
+    for line in invoice["lines"]:
+        if line["kind"] == "usage" and "segment_start" in line:
+            segmented[line["dimension"]] = Decimal(0)
+    for line in invoice["lines"]:
+        if line["kind"] == "usage" and line["dimension"] in segmented:
+            try:
+                segmented[line["dimension"]] += Decimal(line["quantity"])
+            except InvalidOperation:
+                continue  # reported below, with the line
     for line in invoice["lines"]:
         dimension, kind = line["dimension"], line["kind"]
         check = f"line {kind} {dimension}".rstrip()
@@ -507,6 +519,15 @@ def _check_lines(
             report.add(check, ["figures are not decimals"], "")
             continue
         measured = rating.quantity(dimension, usage[rating.DIMENSIONS.index(dimension)])
+        if dimension in segmented:
+            total = segmented[dimension]
+            if total != measured:
+                report.add(
+                    check, [f"quantities add up to {total.normalize():f} but the records give {measured}"], ""
+                )
+            else:
+                report.skip(check, f"quantity {measured} verified over the price versions; not re-rated")
+            continue
         problems = [] if stated == measured else [f"quantity {stated} but the records give {measured}"]
         if terms is None:
             problems.append("the contract prices no such dimension")
