@@ -9,6 +9,7 @@ from rest_framework import authentication, exceptions
 from rest_framework.request import Request
 
 from .models import TOKEN_PREFIX, ApiToken, token_digest
+from .token_cache import token_by_digest, touch
 
 
 class ApiTokenAuthentication(authentication.BaseAuthentication):
@@ -19,11 +20,7 @@ class ApiTokenAuthentication(authentication.BaseAuthentication):
         scheme, _, secret = header.partition(" ")
         if scheme != self.keyword or not secret.strip().startswith(TOKEN_PREFIX):
             return None
-        token = (
-            ApiToken.objects.select_related("tenant", "created_by")
-            .filter(digest=token_digest(secret.strip()))
-            .first()
-        )
+        token = token_by_digest(token_digest(secret.strip()))
         if token is None or token.revoked_at is not None:
             raise exceptions.AuthenticationFailed("Unknown or revoked API token.", code="invalid_token")
         if token.created_by.is_staff:
@@ -33,7 +30,7 @@ class ApiTokenAuthentication(authentication.BaseAuthentication):
             )
         now = timezone.now()
         if token.last_used_at is None or (now - token.last_used_at).total_seconds() > 60:
-            ApiToken.objects.filter(pk=token.pk).update(last_used_at=now)
+            touch(token, now)
         return token.created_by, token
 
     def authenticate_header(self, request: Request) -> str:

@@ -206,6 +206,8 @@ CACHES = {
         else {"BACKEND": "django.core.cache.backends.locmem.LocMemCache"}
     )
 }
+# API tokens kept in the cache after lookup (accounts.token_cache); 0 = look up every call.
+API_TOKEN_CACHE_SECONDS = env.integer("API_TOKEN_CACHE_SECONDS", 60, minimum=0)
 # Usage-dashboard answers kept per tenant data version (usage.cache); 0 turns the cache off.
 USAGE_ANSWER_CACHE_SECONDS = env.integer("USAGE_ANSWER_CACHE_SECONDS", 600, minimum=0)
 IDEMPOTENCY_KEY_TTL_HOURS = env.integer("IDEMPOTENCY_KEY_TTL_HOURS", 24, minimum=1)

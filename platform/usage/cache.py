@@ -2,11 +2,11 @@
 
 Every dashboard read costs a ClickHouse query (5–20 ms of engine time even on the rollups), and
 dashboards ask the same questions again and again: each page load, each refresh, each colleague
-opening the same tenant. An answer is therefore stored under a key that names its question and the
-tenant's *data version*, a random token replaced whenever records for that tenant are stored
-(`bump_data_versions`, called by ingest right after its ClickHouse insert; a rollup rebuild
-retires every answer at once with `retire_every_answer`). A new version makes every earlier answer
-unreachable, so a cached answer is never older than the data: there is no staleness window.
+opening the same tenant. An answer is therefore kept under its question together with the tenant's
+*data version* it was computed from, a random token replaced whenever records for that tenant are
+stored (`bump_data_versions`, called by ingest right after its ClickHouse insert; a rollup rebuild
+retires every answer at once with `retire_every_answer`). A kept answer counts only while its version
+is the current one, so it is never older than the data: there is no staleness window.
 
 Order matters for that guarantee: the version is read *before* the query runs. A query that races
 an insert may store newer data under the old version, never older data under the new one.
@@ -53,36 +53,36 @@ def retire_every_answer() -> None:
     cache.set(_VERSION_KEY.format(_EPOCH), secrets.token_hex(8), timeout=None)
 
 
-def data_version(tenant: str | None) -> str:
-    """The version of a tenant's records (None: of every tenant's); one cache round trip when set."""
-    keys = [_VERSION_KEY.format(_EPOCH), _VERSION_KEY.format(EVERY_TENANT if tenant is None else tenant)]
-    found = cache.get_many(keys)
-    for key in keys:
-        if key not in found:
-            cache.add(key, secrets.token_hex(8), timeout=None)
-            found[key] = cache.get(key)
-    return ":".join(str(found[key]) for key in keys)
-
-
 def cached_answer(
     question: str, usage: UsageFilter, options: dict[str, Any], read: Callable[[], Answer]
 ) -> tuple[Answer, bool]:
     """`read()`'s answer to `question` over `usage` with `options`, and whether it came from the
-    cache (it does when the tenant's data has not changed since it was computed)."""
+    cache (it does when the tenant's data has not changed since it was computed).
+
+    One cache round trip on a hit: the versions and the kept answer are read together, and the answer
+    counts only if it was computed under the versions read now. Two requests racing to store an
+    answer may leave the older version's: the next one misses and recomputes, never sees old data.
+    """
     seconds = settings.USAGE_ANSWER_CACHE_SECONDS
     if not seconds:
         return read(), False
-    version = data_version(usage.tenant)  # before the query: see the module docstring
     identity = json.dumps(
-        [question, version, usage.tenant, usage.contract, usage.package, usage.start.isoformat(),
+        [question, usage.tenant, usage.contract, usage.package, usage.start.isoformat(),
          usage.end.isoformat(), usage.rollups, sorted(options.items())],
         default=str,
     )  # fmt: skip
-    key = _ANSWER_KEY.format(hashlib.sha256(identity.encode()).hexdigest())
-    stored = cache.get(key)
-    if stored is not None:
-        body, from_rollup = stored
+    answer_key = _ANSWER_KEY.format(hashlib.sha256(identity.encode()).hexdigest())
+    version_keys = [_VERSION_KEY.format(_EPOCH), _VERSION_KEY.format(usage.tenant or EVERY_TENANT)]
+    found = cache.get_many([*version_keys, answer_key])
+    for key in version_keys:
+        if key not in found:  # never set, or evicted: a new version (only misses can follow)
+            cache.add(key, secrets.token_hex(8), timeout=None)
+            found[key] = cache.get(key)
+    version = ":".join(str(found[key]) for key in version_keys)  # before the query: see the module docstring
+    stored = found.get(answer_key)
+    if stored is not None and stored[0] == version:
+        _, body, from_rollup = stored
         return Answer(body, from_rollup), True
     answer = read()
-    cache.set(key, (answer.body, answer.from_rollup), timeout=seconds)
+    cache.set(answer_key, (version, answer.body, answer.from_rollup), timeout=seconds)
     return answer, False
