@@ -21,6 +21,9 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 from urllib.parse import parse_qsl
 
+# The webhook signing secret the tests configure (settings.STRIPE_WEBHOOK_SECRET).
+SECRET = "whsec_test_secret"
+
 
 @dataclass
 class FakeStripe:

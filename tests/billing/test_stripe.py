@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import json
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from datetime import UTC, datetime
 from decimal import Decimal
 from typing import Any
@@ -18,20 +18,10 @@ from billing.periods import month_bounds
 from billing.services import generate_invoice
 from billing.tasks import push_invoice_task
 from contracts.models import ContractPrice
-from tests.billing.fake_stripe import FakeStripe, fake_stripe, signed
+from tests.billing.fake_stripe import SECRET, FakeStripe, signed
 from tests.factories import ContractFactory
 
 pytestmark = [pytest.mark.usefixtures("clickhouse"), pytest.mark.django_db]
-SECRET = "whsec_test_secret"
-
-
-@pytest.fixture
-def stripe_api(settings: Any) -> Iterator[FakeStripe]:
-    with fake_stripe() as fake:
-        settings.STRIPE_API_KEY = "sk_test_fake"
-        settings.STRIPE_API_BASE = fake.url
-        settings.STRIPE_WEBHOOK_SECRET = SECRET
-        yield fake
 
 
 def final_invoice(currency: str = "CNY", fee: str = "1234.56") -> Invoice:

@@ -3,7 +3,6 @@ for an invoice not pushed yet (its push charges the net amount). Against the loc
 
 from __future__ import annotations
 
-from collections.abc import Iterator
 from datetime import UTC, datetime
 from decimal import Decimal as D
 from typing import Any
@@ -19,20 +18,11 @@ from billing.periods import month_bounds
 from billing.services import generate_invoice, grant_credits, issue_note
 from billing.tasks import push_credit_note_task, push_invoice_task
 from contracts.models import ContractPrice
-from tests.billing.fake_stripe import FakeStripe, fake_stripe
-from tests.billing.test_stripe import SECRET, final_invoice, post_event
+from tests.billing.fake_stripe import FakeStripe
+from tests.billing.test_stripe import final_invoice, post_event
 from tests.factories import ContractFactory
 
 pytestmark = [pytest.mark.usefixtures("clickhouse"), pytest.mark.django_db]
-
-
-@pytest.fixture
-def stripe_api(settings: Any) -> Iterator[FakeStripe]:
-    with fake_stripe() as fake:
-        settings.STRIPE_API_KEY = "sk_test_fake"
-        settings.STRIPE_API_BASE = fake.url
-        settings.STRIPE_WEBHOOK_SECRET = SECRET
-        yield fake
 
 
 def pushed(invoice: Invoice) -> str:

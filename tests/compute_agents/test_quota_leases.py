@@ -123,15 +123,23 @@ def run_concurrently(agents: list[LeasedAgent], threads: int, spend: Callable[[i
     return spent
 
 
+@pytest.mark.parametrize("low_water", [0.0, 0.5], ids=["no-prefetch", "prefetch"])
 def test_two_agents_with_concurrent_requests_admit_exactly_the_quota(
-    tmp_path: Path, live_server: Any
+    tmp_path: Path, live_server: Any, low_water: float
 ) -> None:
     contract = ContractFactory.create()
     quota = 12_000
     issued = issue_api_key(contract_code=contract.code, quota_tokens=quota)
     agents = [
         leased_agent(
-            live_server.url, tmp_path, contract, issued.secret, f"gpu-{n}", block_tokens=700, report_s=0.02
+            live_server.url,
+            tmp_path,
+            contract,
+            issued.secret,
+            f"gpu-{n}",
+            block_tokens=700,
+            low_water=low_water,
+            report_s=0.02,
         )
         for n in (1, 2)
     ]
@@ -140,8 +148,10 @@ def test_two_agents_with_concurrent_requests_admit_exactly_the_quota(
     assert sum(spent.values()) == quota
     assert all(spent[a.agent_id] > 0 for a in agents)
     assert [spool_spend(a) for a in agents] == [spent[a.agent_id] for a in agents]
+    assert (sum(a.book.grant_counts().ahead for a in agents) > 0) == (low_water > 0)
     assert ledger(issued.api_key.key_hash) == (quota, 0)
     assert QuotaLease.objects.filter(settled_at__isnull=True).count() == 0
+    assert sum(QuotaLease.objects.values_list("spent_tokens", flat=True)) == quota
     assert all(a.book.held() == [] for a in agents)
 
 
@@ -271,36 +281,6 @@ def test_below_the_low_water_mark_the_next_block_is_granted_ahead_of_the_request
     agent.book.close()  # each lease settled at exactly its spool spend
     assert sorted(QuotaLease.objects.values_list("spent_tokens", flat=True)) == [200, 1000]
     assert ledger(issued.api_key.key_hash) == (1200, 0) == (spool_spend(agent), 0)
-
-
-def test_with_prefetch_two_agents_with_concurrent_requests_admit_exactly_the_quota(
-    tmp_path: Path, live_server: Any
-) -> None:
-    contract = ContractFactory.create()
-    quota = 12_000
-    issued = issue_api_key(contract_code=contract.code, quota_tokens=quota)
-    agents = [
-        leased_agent(
-            live_server.url,
-            tmp_path,
-            contract,
-            issued.secret,
-            f"gpu-{n}",
-            block_tokens=700,
-            low_water=0.5,
-            report_s=0.02,
-        )
-        for n in (1, 2)
-    ]
-    spent = run_concurrently(agents, 12, lambda _: 100)
-
-    assert sum(spent.values()) == quota
-    assert [spool_spend(a) for a in agents] == [spent[a.agent_id] for a in agents]
-    assert sum(a.book.grant_counts().ahead for a in agents) > 0
-    assert ledger(issued.api_key.key_hash) == (quota, 0)
-    assert QuotaLease.objects.filter(settled_at__isnull=True).count() == 0
-    assert sum(QuotaLease.objects.values_list("spent_tokens", flat=True)) == quota
-    assert all(a.book.held() == [] for a in agents)
 
 
 def test_a_platform_outage_during_prefetch_fails_no_request_while_the_held_lease_lasts(
