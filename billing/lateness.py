@@ -50,12 +50,8 @@ def _billed(invoice: Invoice, measured: PeriodUsage, adjustments: Iterable[Invoi
     for dimension, quantity in invoice.terms.get("quantities", {}).items():
         totals[dimension] += Decimal(quantity)
     segments = [
-        (
-            datetime.fromisoformat(s["start"]),
-            datetime.fromisoformat(s["end"]),
-            defaultdict(Decimal, {d: Decimal(q) for d, q in s["quantities"].items()}),
-        )
-        for s in invoice.terms.get("segments", [])
+        (s.start, s.end, defaultdict(Decimal, s.quantities))
+        for s in map(SegmentUsage.from_json, invoice.terms.get("segments", []))
     ]
     for line in adjustments:
         totals[line.dimension] += line.quantity

@@ -46,6 +46,22 @@ class SegmentUsage:
     end: datetime
     quantities: dict[str, Decimal]
 
+    def to_json(self) -> dict[str, Any]:
+        """As kept in an invoice's frozen terms (`segments`): the quantities each version rated."""
+        return {
+            "start": self.start.isoformat(),
+            "end": self.end.isoformat(),
+            "quantities": {k: str(v) for k, v in self.quantities.items()},
+        }
+
+    @classmethod
+    def from_json(cls, data: dict[str, Any]) -> SegmentUsage:
+        return cls(
+            datetime.fromisoformat(data["start"]),
+            datetime.fromisoformat(data["end"]),
+            {k: Decimal(v) for k, v in data["quantities"].items()},
+        )
+
 
 @dataclass(frozen=True)
 class PeriodUsage:

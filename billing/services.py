@@ -160,7 +160,7 @@ def _write_draft(
             **terms.as_json(),
             "quantities": {k: str(v) for k, v in usage.quantities.items()},
             **({"exclusions": usage.excluded} if usage.excluded else {}),
-            **({"segments": _segments_json(usage)} if usage.segments else {}),
+            **({"segments": [s.to_json() for s in usage.segments]} if usage.segments else {}),
         },
         "grace_until": end + timedelta(days=contract.grace_days),
         "status": Invoice.Status.GRACE if contract.grace_days else Invoice.Status.DRAFT,
@@ -206,18 +206,6 @@ def _mark_late_usage_billed(contract: Contract, invoice: Invoice, lines: list[Ra
                 dimension=line.dimension,
                 decision=LateUsage.Decision.ADJUSTED,
             ).update(billed_on=invoice)
-
-
-def _segments_json(usage: PeriodUsage) -> list[dict[str, object]]:
-    """The usage per price segment, kept with the invoice's terms (the quantities each version rated)."""
-    return [
-        {
-            "start": s.start.isoformat(),
-            "end": s.end.isoformat(),
-            "quantities": {k: str(v) for k, v in s.quantities.items()},
-        }
-        for s in usage.segments
-    ]
 
 
 def _describe(line: RatedLine) -> str:

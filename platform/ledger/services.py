@@ -325,10 +325,7 @@ class _SegmentCredits:
     @cached_property
     def kept(self) -> list[dict[str, Decimal]]:
         """Per segment, what the invoice billed less what earlier exclusions took off."""
-        billed = [
-            {d: Decimal(q) for d, q in segment["quantities"].items()}
-            for segment in self.invoice.terms.get("segments", [])
-        ]
+        billed = [SegmentUsage.from_json(s).quantities for s in self.invoice.terms.get("segments", [])]
         return self._less(billed, self._by_segment(self.earlier))
 
     @cached_property

@@ -33,7 +33,7 @@ from django.core.cache import cache
 from .selectors import Answer, UsageFilter
 
 EVERY_TENANT = "*"
-_EPOCH = "epoch"  # replaced when stored records change for unknown tenants (a rollup rebuild)
+_EPOCH_KEY = "usage:epoch"  # replaced when stored records change for unknown tenants (a rollup rebuild)
 _VERSION_KEY = "usage:version:{}"
 _ANSWER_KEY = "usage:answer:{}"
 
@@ -50,7 +50,7 @@ def bump_data_versions(tenants: Iterable[str]) -> None:
 
 def retire_every_answer() -> None:
     """Stored data changed for any number of tenants: no answer computed before stays reachable."""
-    cache.set(_VERSION_KEY.format(_EPOCH), secrets.token_hex(8), timeout=None)
+    cache.set(_EPOCH_KEY, secrets.token_hex(8), timeout=None)
 
 
 def cached_answer(
@@ -72,7 +72,7 @@ def cached_answer(
         default=str,
     )  # fmt: skip
     answer_key = _ANSWER_KEY.format(hashlib.sha256(identity.encode()).hexdigest())
-    version_keys = [_VERSION_KEY.format(_EPOCH), _VERSION_KEY.format(usage.tenant or EVERY_TENANT)]
+    version_keys = [_EPOCH_KEY, _VERSION_KEY.format(usage.tenant or EVERY_TENANT)]
     found = cache.get_many([*version_keys, answer_key])
     for key in version_keys:
         if key not in found:  # never set, or evicted: a new version (only misses can follow)
