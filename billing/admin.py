@@ -8,8 +8,8 @@ from .models import (
     LateUsage,
     Note,
     Outcome,
-    StripeCreditNote,
     StripeCustomer,
+    StripeNote,
     StripePayment,
 )
 
@@ -84,9 +84,9 @@ class StripePaymentAdmin(admin.ModelAdmin):
     list_filter = ["status"]
 
 
-@admin.register(StripeCreditNote)
-class StripeCreditNoteAdmin(admin.ModelAdmin):
-    """Credit notes sent to Stripe; filter on `failed` to see the ones that need a hand."""
+@admin.register(StripeNote)
+class StripeNoteAdmin(admin.ModelAdmin):
+    """Credit and debit notes sent to Stripe; filter on `failed` to see the ones that need a hand."""
 
     list_display = ["note", "action", "amount", "stripe_id", "status", "attempts", "last_error", "updated_at"]
     list_filter = ["status", "action"]

@@ -267,23 +267,26 @@ class StripePayment(models.Model):
         return f"{self.invoice_id} {self.status} {self.payment_intent_id}"
 
 
-class StripeCreditNote(models.Model):
-    """A credit note sent to Stripe: a Refund when its invoice's PaymentIntent was paid, otherwise the
-    PaymentIntent lowered to what is still due (canceled when nothing is). An invoice without a
-    PaymentIntent gets nothing: its push later charges the amount due less its credit notes."""
+class StripeNote(models.Model):
+    """A credit or debit note sent to Stripe. A credit note: a Refund when its invoice's PaymentIntent was
+    paid, otherwise the PaymentIntent lowered to what is still due (canceled when nothing is); an invoice
+    without a PaymentIntent gets nothing, since its push later charges the amount due less its credit
+    notes. A debit note: a PaymentIntent of its own for its amount, whatever its invoice's state."""
 
     class Action(models.TextChoices):
         REFUND = "refund", "Refund of the paid PaymentIntent"
         REDUCE = "reduce", "PaymentIntent amount lowered"
         CANCEL = "cancel", "PaymentIntent canceled (credited in full)"
+        CHARGE = "charge", "PaymentIntent of its own (debit note)"
 
     class Status(models.TextChoices):
         PENDING = "pending", "Not pushed yet"
         PUSHED = "pushed", "Sent to Stripe"
         SKIPPED = "skipped", "Nothing to send: the invoice has no open or paid PaymentIntent"
+        PAID = "paid", "Debit note paid"
         FAILED = "failed", "Failed (see last error)"
 
-    note = models.OneToOneField(Note, on_delete=models.PROTECT, related_name="stripe_credit")
+    note = models.OneToOneField(Note, on_delete=models.PROTECT, related_name="stripe_note")
     action = models.CharField(max_length=8, choices=Action.choices, blank=True)
     status = models.CharField(max_length=16, choices=Status.choices, default=Status.PENDING)
     amount = models.DecimalField(
@@ -291,7 +294,7 @@ class StripeCreditNote(models.Model):
         decimal_places=2,
         null=True,
         blank=True,
-        help_text="The amount refunded, or the PaymentIntent's amount after the change.",
+        help_text="The amount refunded or charged, or the PaymentIntent's amount after the change.",
     )
     stripe_id = models.CharField(max_length=64, blank=True, help_text="The Refund (re_…) or PaymentIntent.")
     attempts = models.PositiveIntegerField(default=0)

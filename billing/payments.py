@@ -1,9 +1,9 @@
 """Stripe: sync the tenant's customer, push finalised invoices as PaymentIntents for their amount due
 less credit notes (idempotency keys derived from our ids, so a retry never charges twice), send credit
-notes (a Refund of a paid PaymentIntent, else the open PaymentIntent lowered or canceled), and apply
-webhook events: a paid PaymentIntent pays its invoice (and publishes `invoice.paid`), a failed refund
-marks its credit note failed, a paid Checkout Session activates the contract it was opened for
-(billing.checkout).
+notes (a Refund of a paid PaymentIntent, else the open PaymentIntent lowered or canceled) and debit notes
+(a PaymentIntent of their own), and apply webhook events: a paid PaymentIntent pays its invoice (and
+publishes `invoice.paid`) or its debit note, a failed refund marks its credit note failed, a paid
+Checkout Session activates the contract it was opened for (billing.checkout).
 
 Tests point STRIPE_API_BASE at a local fake of the Stripe HTTP API; signatures are real HMAC-SHA256.
 """
@@ -25,7 +25,7 @@ from webhooks.events import publish_invoice_event
 
 from . import services
 from .errors import BillingError, InvalidRequest
-from .models import ZERO, Invoice, Note, StripeCreditNote, StripeCustomer, StripeEvent, StripePayment
+from .models import ZERO, Invoice, Note, StripeCustomer, StripeEvent, StripeNote, StripePayment
 
 # Worth retrying with the same idempotency key: Stripe unreachable, rate-limited or failing (5xx).
 TRANSIENT = (stripe.APIConnectionError, stripe.RateLimitError, stripe.APIError)
@@ -86,16 +86,17 @@ def sync_customer(tenant: Tenant) -> StripeCustomer:
 def push_invoice(invoice: Invoice) -> StripePayment:
     """Create the PaymentIntent for a finalised invoice's amount due less its credit notes. Idempotent:
     the key is the invoice number, and an invoice already pushed is returned as it is. Nothing left to
-    charge (credited in full before the push): no PaymentIntent, status `canceled`. Errors propagate
-    after being recorded."""
-    if invoice.status != Invoice.Status.FINALIZED or not invoice.number:
+    charge (credited in full, or paid, before the push): no PaymentIntent, status `canceled`. Errors
+    propagate after being recorded."""
+    if invoice.status not in (Invoice.Status.FINALIZED, Invoice.Status.PAID) or not invoice.number:
         raise InvalidRequest(
             "invoice_not_final", f"Only finalised invoices are pushed, not {invoice.status}."
         )
     payment, _ = StripePayment.objects.get_or_create(invoice=invoice)
     if payment.payment_intent_id or payment.status == StripePayment.Status.CANCELED:
         return payment
-    amount = amount_to_charge(invoice)
+    # Paid before its push: settled by credit notes (services.issue_note) or otherwise outside Stripe.
+    amount = ZERO if invoice.status == Invoice.Status.PAID else amount_to_charge(invoice)
     if amount <= 0:
         payment.status, payment.amount, payment.last_error = StripePayment.Status.CANCELED, ZERO, ""
         payment.save()
@@ -125,46 +126,52 @@ def push_invoice(invoice: Invoice) -> StripePayment:
     return payment
 
 
-def enqueue_credit_note_push(note: Note) -> None:
-    """Call where a credit note is issued, inside its transaction: with Stripe configured, the note's
-    push is recorded as pending and `billing.push_credit_note_to_stripe` runs after commit."""
-    if note.kind != Note.Kind.CREDIT or not settings.STRIPE_API_KEY:
+def enqueue_note_push(note: Note) -> None:
+    """Call where a credit or debit note is issued, inside its transaction: with Stripe configured, the
+    note's push is recorded as pending and `billing.push_note_to_stripe` runs after commit."""
+    if not settings.STRIPE_API_KEY:
         return
-    StripeCreditNote.objects.get_or_create(note=note)
+    StripeNote.objects.get_or_create(note=note)
     note_id = note.pk
-    transaction.on_commit(lambda: _push_credit_note_later(note_id), robust=True)
+    transaction.on_commit(lambda: _push_note_later(note_id), robust=True)
 
 
-def _push_credit_note_later(note_id: int) -> None:
-    from .tasks import push_credit_note_task  # tasks import this module
+def _push_note_later(note_id: int) -> None:
+    from .tasks import push_note_task  # tasks import this module
 
-    push_credit_note_task.delay(note_id)
+    push_note_task.delay(note_id)
 
 
-def push_credit_note(note: Note) -> StripeCreditNote:
-    """Send a credit note to Stripe once (idempotency key from the note: a retry never refunds twice).
+def push_note(note: Note) -> StripeNote:
+    """Send a credit or debit note to Stripe once (idempotency key from the note: a retry never refunds
+    or charges twice).
 
-    Paid PaymentIntent: a Refund of the note's amount, never more than was received less earlier
-    refunds (`refund_exceeds_payment`). Open one: its amount lowered to the amount due less all credit
-    notes, or canceled when that is zero. No PaymentIntent: nothing is sent (`skipped`), since a later
-    push charges the net amount; one being created raises PushInFlight, to be retried. Transient Stripe
-    errors leave the row pending (to retry); other errors mark it failed, and running it again retries
-    it. Errors propagate after being recorded."""
-    if note.kind != Note.Kind.CREDIT:
-        raise InvalidRequest("not_a_credit_note", f"Note {note.number} is a {note.kind} note.")
-    row, _ = StripeCreditNote.objects.get_or_create(note=note)
-    if row.status in (StripeCreditNote.Status.PUSHED, StripeCreditNote.Status.SKIPPED) or row.stripe_id:
+    Credit note, paid PaymentIntent: a Refund of the note's amount, never more than was received less
+    earlier refunds (`refund_exceeds_payment`). Open one: its amount lowered to the amount due less all
+    credit notes, or canceled when that is zero. No PaymentIntent: nothing is sent (`skipped`), since a
+    later push charges the net amount; one being created raises PushInFlight, to be retried.
+
+    Debit note: a PaymentIntent of its own for the note's amount (a paid invoice cannot be charged
+    again, and an open PaymentIntent may already be confirmed); a webhook marks it paid.
+
+    Transient Stripe errors leave the row pending (to retry); other errors mark it failed, and running it
+    again retries it. Errors propagate after being recorded."""
+    row, _ = StripeNote.objects.get_or_create(note=note)
+    if row.status in (StripeNote.Status.PUSHED, StripeNote.Status.SKIPPED) or row.stripe_id:
         return row  # done, or a refund Stripe reported failed: its money goes back another way
     row.attempts += 1
     try:
-        with transaction.atomic():
-            # The payment row is locked: one credit note per invoice at a time, so refunds add up.
-            payment = StripePayment.objects.select_for_update().filter(invoice_id=note.invoice_id).first()
-            _send_credit_note(row, note, payment)
+        if note.kind == Note.Kind.DEBIT:
+            _charge_debit_note(row, note)
+        else:
+            with transaction.atomic():
+                # The payment row is locked: one credit note per invoice at a time, so refunds add up.
+                payment = StripePayment.objects.select_for_update().filter(invoice_id=note.invoice_id).first()
+                _send_credit_note(row, note, payment)
     except (stripe.StripeError, BillingError) as error:
         row.last_error = _error_text(error)
         if not isinstance(error, (*TRANSIENT, PushInFlight)):
-            row.status = StripeCreditNote.Status.FAILED
+            row.status = StripeNote.Status.FAILED
         row.save(update_fields=["attempts", "status", "last_error", "updated_at"])
         raise
     row.last_error = ""
@@ -172,7 +179,24 @@ def push_credit_note(note: Note) -> StripeCreditNote:
     return row
 
 
-def _send_credit_note(row: StripeCreditNote, note: Note, payment: StripePayment | None) -> None:
+def _charge_debit_note(row: StripeNote, note: Note) -> None:
+    invoice = note.invoice
+    customer = sync_customer(invoice.tenant)
+    intent = client().v1.payment_intents.create(
+        {
+            "amount": minor_units(note.amount, invoice.currency),
+            "currency": invoice.currency.lower(),
+            "customer": customer.customer_id,
+            "description": f"Debit note {note.number} on invoice {invoice.number}",
+            "metadata": {"debit_note": note.number, "debit_note_id": str(note.pk), "invoice": invoice.number},
+        },
+        {"idempotency_key": f"debit-note-{invoice.issuing_entity}-{note.number}"},
+    )
+    row.action, row.amount, row.stripe_id = StripeNote.Action.CHARGE, note.amount, intent.id
+    row.status = StripeNote.Status.PUSHED
+
+
+def _send_credit_note(row: StripeNote, note: Note, payment: StripePayment | None) -> None:
     invoice = note.invoice
     if payment is not None and not payment.payment_intent_id:
         if payment.status == StripePayment.Status.PENDING:
@@ -181,7 +205,7 @@ def _send_credit_note(row: StripeCreditNote, note: Note, payment: StripePayment 
             )
         payment = None  # its push failed for good, or found nothing to charge
     if payment is None or payment.status == StripePayment.Status.CANCELED:
-        row.status = StripeCreditNote.Status.SKIPPED
+        row.status = StripeNote.Status.SKIPPED
         return
     key: stripe.RequestOptions = {"idempotency_key": f"credit-note-{invoice.issuing_entity}-{note.number}"}
     if payment.status == StripePayment.Status.SUCCEEDED:
@@ -200,28 +224,28 @@ def _send_credit_note(row: StripeCreditNote, note: Note, payment: StripePayment 
             },
             key,
         )
-        row.action, row.amount, row.stripe_id = StripeCreditNote.Action.REFUND, note.amount, refund.id
+        row.action, row.amount, row.stripe_id = StripeNote.Action.REFUND, note.amount, refund.id
     else:  # pushed, or its payment failed: the PaymentIntent is still open
         amount = amount_to_charge(invoice)
         if amount > 0:
             client().v1.payment_intents.update(
                 payment.payment_intent_id, {"amount": minor_units(amount, invoice.currency)}, key
             )
-            row.action = StripeCreditNote.Action.REDUCE
+            row.action = StripeNote.Action.REDUCE
         else:
             client().v1.payment_intents.cancel(payment.payment_intent_id, {}, key)
-            row.action = StripeCreditNote.Action.CANCEL
+            row.action = StripeNote.Action.CANCEL
             payment.status = StripePayment.Status.CANCELED
         row.amount, row.stripe_id = amount, payment.payment_intent_id
         payment.amount = amount
         payment.save(update_fields=["amount", "status", "updated_at"])
-    row.status = StripeCreditNote.Status.PUSHED
+    row.status = StripeNote.Status.PUSHED
 
 
 def _refunded(invoice: Invoice) -> Decimal:
     """Refunds already sent for the invoice's credit notes (those Stripe reported failed excluded)."""
-    refunds = StripeCreditNote.objects.filter(
-        note__invoice=invoice, action=StripeCreditNote.Action.REFUND, status=StripeCreditNote.Status.PUSHED
+    refunds = StripeNote.objects.filter(
+        note__invoice=invoice, action=StripeNote.Action.REFUND, status=StripeNote.Status.PUSHED
     )
     return refunds.aggregate(sum=Sum("amount"))["sum"] or ZERO
 
@@ -266,6 +290,7 @@ def _apply(event: stripe.Event) -> None:
     intent = event.data.object.to_dict()
     payment = StripePayment.objects.select_related("invoice").filter(payment_intent_id=intent["id"]).first()
     if payment is None:
+        _apply_debit_note_payment(event.type, intent)
         return
     if event.type == "payment_intent.succeeded":
         publish_invoice_event("invoice.paid", services.mark_paid(payment.invoice))
@@ -282,15 +307,27 @@ def _apply(event: stripe.Event) -> None:
 REFUND_EVENTS = ("refund.updated", "refund.failed", "charge.refunded")
 
 
+def _apply_debit_note_payment(event_type: str, intent: dict[str, Any]) -> None:
+    """A debit note's own PaymentIntent paid (the note is paid) or failed (visible, with Stripe's reason)."""
+    row = StripeNote.objects.filter(action=StripeNote.Action.CHARGE, stripe_id=intent["id"]).first()
+    if row is None:
+        return
+    if event_type == "payment_intent.succeeded":
+        row.status, row.last_error = StripeNote.Status.PAID, ""
+    else:
+        error = intent.get("last_payment_error") or {}
+        row.status = StripeNote.Status.FAILED
+        row.last_error = f"Payment failed: {error.get('message', 'no reason given')}"
+    row.save(update_fields=["status", "last_error", "updated_at"])
+
+
 def _apply_refund(refund: dict[str, Any]) -> None:
     """A refund Stripe could not carry out (failed or canceled) marks its credit note failed, visibly."""
     if refund.get("status") not in ("failed", "canceled"):
         return
-    row = StripeCreditNote.objects.filter(
-        action=StripeCreditNote.Action.REFUND, stripe_id=refund.get("id")
-    ).first()
+    row = StripeNote.objects.filter(action=StripeNote.Action.REFUND, stripe_id=refund.get("id")).first()
     if row is None:
         return
-    row.status = StripeCreditNote.Status.FAILED
+    row.status = StripeNote.Status.FAILED
     row.last_error = f"Refund {refund['status']}: {refund.get('failure_reason') or 'no reason given'}"
     row.save(update_fields=["status", "last_error", "updated_at"])

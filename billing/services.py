@@ -291,9 +291,9 @@ def _push_to_stripe(invoice_id: int) -> None:
 
 
 def _push_note_to_stripe(note: Note) -> None:
-    from .payments import enqueue_credit_note_push  # payments imports this module
+    from .payments import enqueue_note_push  # payments imports this module
 
-    enqueue_credit_note_push(note)
+    enqueue_note_push(note)
 
 
 def _credits_for(invoice: Invoice) -> tuple[Decimal, dict[str, str]]:
@@ -402,7 +402,8 @@ def issue_note(
     invoice: Invoice, kind: str, amount: Decimal, reason: str, *, line: InvoiceLine | None = None
 ) -> Note:
     """A credit or debit note on a finalised (or paid) invoice. A credit note cannot exceed what the
-    invoice and its earlier notes leave, nor a line's amount when it corrects one line."""
+    invoice and its earlier notes leave, nor a line's amount when it corrects one line. Credit notes
+    that cover a finalised invoice's amount due settle it (paid)."""
     if kind not in Note.Kind.values:
         raise BillingError("invalid_note", f"Unknown note kind {kind!r}.")
     if amount <= 0 or round_money(amount, invoice.currency) != amount:
@@ -431,4 +432,9 @@ def issue_note(
             invoice=invoice, line=line, kind=kind, number=number, reason=reason[:200], amount=amount
         )
         _push_note_to_stripe(note)
+        credited = sum((n.amount for n in [*notes, note] if n.kind == "credit"), Decimal(0))
+        if invoice.status == Invoice.Status.FINALIZED and kind == "credit" and credited >= invoice.amount_due:
+            # Nothing is left to collect: settled, as Stripe marks an invoice whose amount remaining
+            # reaches zero paid. Its Stripe push (if any) finds nothing to charge.
+            mark_paid(invoice)
         return note

@@ -1,6 +1,6 @@
 """Invoice runs as Celery tasks: idempotent (one invoice per contract and period, made under a lock on
 the contract row) and safe to run concurrently; the run reports progress through the task state.
-Pushes to Stripe (invoices, credit notes) retry transient errors with backoff."""
+Pushes to Stripe (invoices, credit and debit notes) retry transient errors with backoff."""
 
 from __future__ import annotations
 
@@ -14,8 +14,8 @@ from django.db.models import Q
 from contracts.models import Contract
 
 from .errors import BillingError, TermsError
-from .models import Invoice, Note, StripeCreditNote, StripePayment
-from .payments import TRANSIENT, PushInFlight, push_credit_note, push_invoice
+from .models import Invoice, Note, StripeNote, StripePayment
+from .payments import TRANSIENT, PushInFlight, push_invoice, push_note
 from .periods import month_bounds
 from .selectors import ContractMeter, usage_by_contract
 from .services import generate_invoice
@@ -109,7 +109,7 @@ def push_invoice_task(self: Any, invoice_id: int) -> str:
 
 
 @shared_task(
-    name="billing.push_credit_note_to_stripe",
+    name="billing.push_note_to_stripe",
     bind=True,
     autoretry_for=(*TRANSIENT, PushInFlight),
     retry_backoff=2,
@@ -117,14 +117,14 @@ def push_invoice_task(self: Any, invoice_id: int) -> str:
     retry_jitter=False,
     max_retries=8,
 )
-def push_credit_note_task(self: Any, note_id: int) -> str:
-    """Send a credit note to Stripe (billing.payments.push_credit_note): transient errors, and an invoice
-    push still in flight, retry after 2, 4, 8 … s; the last failure marks its StripeCreditNote failed.
+def push_note_task(self: Any, note_id: int) -> str:
+    """Send a credit or debit note to Stripe (billing.payments.push_note): transient errors, and an
+    invoice push still in flight, retry after 2, 4, 8 … s; the last failure marks its StripeNote failed.
     Returns the Refund or PaymentIntent id ("" when nothing was sent)."""
     note = Note.objects.select_related("invoice").get(pk=note_id)
     try:
-        return push_credit_note(note).stripe_id
+        return push_note(note).stripe_id
     except (stripe.StripeError, PushInFlight):
         if self.request.retries >= self.max_retries:
-            StripeCreditNote.objects.filter(note=note).update(status=StripeCreditNote.Status.FAILED)
+            StripeNote.objects.filter(note=note).update(status=StripeNote.Status.FAILED)
         raise

@@ -475,9 +475,8 @@ class LeasedQuotaBook:
                 break
             self.settle_once()
 
-    def close(self) -> None:
-        """Stop the loop, wait for prefetches in flight, and return every idle lease's unused rest (best
-        effort: the platform may be away)."""
+    def stop(self) -> None:
+        """Stop the loop and wait for prefetches in flight: nothing talks to the platform after this."""
         self._stop.set()
         self._wake.set()
         if self._thread is not None:
@@ -486,6 +485,11 @@ class LeasedQuotaBook:
             prefetches = list(self._prefetches)
         for thread in prefetches:
             thread.join()
+
+    def close(self) -> None:
+        """Stop (`stop`), then return every idle lease's unused rest (best effort: the platform may be
+        away)."""
+        self.stop()
         with self.cond:
             for held in self.leases.values():
                 if held.reserved == 0:

@@ -28,6 +28,14 @@ if _worker:
     _settings.CLICKHOUSE_URL = f"{_settings.CLICKHOUSE_URL}-{_worker}"
     os.environ["CLICKHOUSE_URL"] = _settings.CLICKHOUSE_URL
 
+# No PostgreSQL session outlives its request in tests (production keeps them DB_CONN_MAX_AGE seconds): the
+# live server's request threads stay up on keep-alive connections, and sessions they held would still be
+# open, mid-request even, while a later test flushes the database or the run drops it.
+from django.conf import settings as _django_settings  # noqa: E402 - after the environment above
+
+_django_settings.DATABASES["default"]["CONN_MAX_AGE"] = 0
+os.environ["DB_CONN_MAX_AGE"] = "0"
+
 _migrated = False
 
 

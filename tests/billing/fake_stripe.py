@@ -174,6 +174,20 @@ class FakeStripe:
             "data": {"object": intent},
         }
 
+    def fail_intent(
+        self, intent_id: str, event_id: str, message: str = "Your card was declined."
+    ) -> dict[str, Any]:
+        """The customer's payment is declined: Stripe would send this event."""
+        with self._lock:
+            intent = {**self.objects[intent_id], "last_payment_error": {"message": message}}
+            self.objects[intent_id] = intent
+        return {
+            "id": event_id,
+            "object": "event",
+            "type": "payment_intent.payment_failed",
+            "data": {"object": intent},
+        }
+
     def fail_refund(
         self, refund_id: str, event_id: str, reason: str = "expired_or_canceled_card"
     ) -> dict[str, Any]:

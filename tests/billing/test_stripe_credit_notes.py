@@ -1,5 +1,6 @@
 """Credit notes reach Stripe: a Refund of a paid PaymentIntent, an open one lowered or canceled, nothing
-for an invoice not pushed yet (its push charges the net amount). Against the local fake Stripe API."""
+for an invoice not pushed yet (its push charges the net amount). Against the local fake Stripe API.
+Debit notes and invoices settled by credit notes: tests/billing/test_stripe_debit_notes.py."""
 
 from __future__ import annotations
 
@@ -13,10 +14,10 @@ from celery.exceptions import Retry
 from django.test import Client
 
 from billing.errors import BillingError
-from billing.models import Invoice, Note, StripeCreditNote, StripePayment
+from billing.models import Invoice, Note, StripeNote, StripePayment
 from billing.periods import month_bounds
 from billing.services import generate_invoice, grant_credits, issue_note
-from billing.tasks import push_credit_note_task, push_invoice_task
+from billing.tasks import push_invoice_task, push_note_task
 from contracts.models import ContractPrice
 from tests.billing.fake_stripe import FakeStripe
 from tests.billing.test_stripe import final_invoice, post_event
@@ -40,7 +41,7 @@ def credit(invoice: Invoice, amount: str) -> Note:
 
 
 def row(note: Note) -> tuple[str, str, D | None, str, int, str]:
-    r = StripeCreditNote.objects.get(note=note)
+    r = StripeNote.objects.get(note=note)
     return (r.action, r.status, r.amount, r.stripe_id, r.attempts, r.last_error)
 
 
@@ -51,8 +52,8 @@ def test_a_credit_note_on_a_paid_invoice_is_refunded_once_in_minor_units(
     intent_id = paid(stripe_api, client, invoice)
     note = credit(invoice, "12.34")
 
-    assert push_credit_note_task.delay(note.pk).get() == "re_3"
-    assert push_credit_note_task.delay(note.pk).get() == "re_3"  # sent already: no new request
+    assert push_note_task.delay(note.pk).get() == "re_3"
+    assert push_note_task.delay(note.pk).get() == "re_3"  # sent already: no new request
 
     refund = stripe_api.objects["re_3"]
     assert (refund["payment_intent"], refund["amount"], refund["status"]) == (intent_id, 1234, "succeeded")
@@ -77,9 +78,9 @@ def test_a_credit_note_on_an_unpaid_pushed_invoice_lowers_the_payment_intent(str
     invoice = final_invoice("CNY", "1234.56")
     intent_id = pushed(invoice)
     first = credit(invoice, "234.56")
-    assert push_credit_note_task.delay(first.pk).get() == intent_id
+    assert push_note_task.delay(first.pk).get() == intent_id
     second = credit(invoice, "0.01")
-    assert push_credit_note_task.delay(second.pk).get() == intent_id
+    assert push_note_task.delay(second.pk).get() == intent_id
 
     assert stripe_api.objects[intent_id]["amount"] == 99999
     assert stripe_api.objects[intent_id]["status"] == "requires_payment_method"
@@ -98,7 +99,7 @@ def test_a_credit_covering_the_amount_due_cancels_the_payment_intent(stripe_api:
     intent_id = pushed(invoice)
     note = credit(invoice, "1234.56")
 
-    assert push_credit_note_task.delay(note.pk).get() == intent_id
+    assert push_note_task.delay(note.pk).get() == intent_id
 
     assert stripe_api.objects[intent_id]["status"] == "canceled"
     assert stripe_api.requests[-1][1] == f"/v1/payment_intents/{intent_id}/cancel"
@@ -114,14 +115,14 @@ def test_a_retry_after_a_stripe_outage_never_refunds_twice(stripe_api: FakeStrip
     stripe_api.fail_next = 1
 
     with pytest.raises(Retry) as raised:
-        push_credit_note_task.apply(args=[note.pk], retries=0, throw=True)
+        push_note_task.apply(args=[note.pk], retries=0, throw=True)
     assert raised.value.when == 2
     assert row(note) == ("", "pending", None, "", 1, "APIError: fake outage")
 
-    assert push_credit_note_task.apply(args=[note.pk], retries=1).get() == "re_3"
+    assert push_note_task.apply(args=[note.pk], retries=1).get() == "re_3"
     # Stripe refunded, but the answer was lost: the next attempt sends the same key again.
-    StripeCreditNote.objects.filter(note=note).update(status="pending", action="", amount=None, stripe_id="")
-    assert push_credit_note_task.apply(args=[note.pk], retries=2).get() == "re_3"
+    StripeNote.objects.filter(note=note).update(status="pending", action="", amount=None, stripe_id="")
+    assert push_note_task.apply(args=[note.pk], retries=2).get() == "re_3"
 
     assert [r["id"] for r in stripe_api.refunds_of(intent_id)] == ["re_3"]
     keys = [r[3] for r in stripe_api.requests if r[1] == "/v1/refunds"]
@@ -135,7 +136,7 @@ def test_a_refund_that_keeps_failing_is_marked_failed(stripe_api: FakeStripe, cl
     note = credit(invoice, "12.34")
     stripe_api.fail_next = 100
     with pytest.raises(stripe.APIError, match="fake outage"):
-        push_credit_note_task.apply(args=[note.pk], retries=8, throw=True)  # the last allowed retry
+        push_note_task.apply(args=[note.pk], retries=8, throw=True)  # the last allowed retry
     assert row(note) == ("", "failed", None, "", 1, "APIError: fake outage")
 
 
@@ -143,7 +144,7 @@ def test_a_never_pushed_invoice_sends_nothing_and_its_push_nets_the_credit(strip
     invoice = final_invoice("CNY", "1234.56")  # finalised outside on_commit: the push never ran
     note = credit(invoice, "234.56")
 
-    assert push_credit_note_task.delay(note.pk).get() == ""
+    assert push_note_task.delay(note.pk).get() == ""
 
     assert stripe_api.requests == []
     assert row(note) == ("", "skipped", None, "", 1, "")
@@ -162,12 +163,12 @@ def test_a_credit_note_waits_for_an_invoice_push_in_flight(stripe_api: FakeStrip
     note = credit(invoice, "234.56")
 
     with pytest.raises(Retry):
-        push_credit_note_task.apply(args=[note.pk], retries=0, throw=True)
+        push_note_task.apply(args=[note.pk], retries=0, throw=True)
     assert row(note)[:2] == ("", "pending")
     assert row(note)[5] == f"invoice_push_in_flight: Invoice {invoice.number} is being pushed to Stripe."
 
     intent_id = pushed(invoice)  # the push's retry already charges the net amount
-    assert push_credit_note_task.apply(args=[note.pk], retries=1).get() == intent_id
+    assert push_note_task.apply(args=[note.pk], retries=1).get() == intent_id
     assert stripe_api.objects[intent_id]["amount"] == 100000
     assert row(note) == ("reduce", "pushed", D("1000.00"), intent_id, 2, "")
 
@@ -181,9 +182,9 @@ def test_a_refund_beyond_what_was_paid_is_refused_with_a_code(stripe_api: FakeSt
     intent_id = paid(stripe_api, client, invoice)
     first, second = credit(invoice, "200.00"), credit(invoice, "34.57")
 
-    assert push_credit_note_task.delay(first.pk).get() == "re_3"
+    assert push_note_task.delay(first.pk).get() == "re_3"
     with pytest.raises(BillingError) as refused:
-        push_credit_note_task.delay(second.pk)
+        push_note_task.delay(second.pk)
 
     assert refused.value.code == "refund_exceeds_payment"
     status, error = row(second)[1], row(second)[5]
@@ -199,7 +200,7 @@ def test_a_refund_that_fails_at_stripe_is_marked_once(stripe_api: FakeStripe, cl
     invoice = final_invoice("CNY", "1234.56")
     paid(stripe_api, client, invoice)
     note = credit(invoice, "12.34")
-    refund_id = push_credit_note_task.delay(note.pk).get()
+    refund_id = push_note_task.delay(note.pk).get()
     event = stripe_api.fail_refund(refund_id, "evt_refund_failed")
 
     first, again = post_event(client, event), post_event(client, event)
@@ -208,7 +209,7 @@ def test_a_refund_that_fails_at_stripe_is_marked_once(stripe_api: FakeStripe, cl
     failure = "Refund failed: expired_or_canceled_card"
     assert row(note) == ("refund", "failed", D("12.34"), refund_id, 1, failure)
     requests = len(stripe_api.requests)
-    assert push_credit_note_task.delay(note.pk).get() == refund_id  # not sent again: a person decides
+    assert push_note_task.delay(note.pk).get() == refund_id  # not sent again: a person decides
     assert (len(stripe_api.requests), row(note)[1]) == (requests, "failed")
 
 
@@ -220,12 +221,13 @@ def test_issuing_a_credit_note_pushes_it_after_commit(
 
     with django_capture_on_commit_callbacks(execute=True) as callbacks:
         note = credit(invoice, "12.34")
-        issue_note(invoice, "debit", D("5.00"), "courier")  # debit notes are not sent
-    assert len(callbacks) == 1
+        debit = issue_note(invoice, "debit", D("5.00"), "courier")
+    assert len(callbacks) == 2
     assert row(note) == ("refund", "pushed", D("12.34"), "re_3", 1, "")
+    assert row(debit)[:3] == ("charge", "pushed", D("5.00"))
     assert [r["amount"] for r in stripe_api.refunds_of(intent_id)] == [1234]
 
     settings.STRIPE_API_KEY = ""
     with django_capture_on_commit_callbacks(execute=True) as callbacks:
         unsent = credit(invoice, "1.00")
-    assert (callbacks, StripeCreditNote.objects.filter(note=unsent).exists()) == ([], False)
+    assert (callbacks, StripeNote.objects.filter(note=unsent).exists()) == ([], False)

@@ -9,7 +9,7 @@ from __future__ import annotations
 import os
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from datetime import timedelta
@@ -35,6 +35,22 @@ from treemeter_records import private_key_from_seed, public_key_from_b64, public
 pytestmark = pytest.mark.django_db(transaction=True)
 
 UNREACHABLE = "http://127.0.0.1:9"
+_books: list[LeasedQuotaBook] = []
+
+
+@pytest.fixture(autouse=True)
+def _no_prefetch_outlives_its_test() -> Iterator[None]:
+    """A background grant still in flight after a test would reach the shared live server while the next
+    test flushes the database: every book made here is stopped at the end of its test."""
+    yield
+    while _books:
+        _books.pop().stop()
+
+
+def _book(spool: Spool, client: LeaseClient, **options: Any) -> LeasedQuotaBook:
+    book = LeasedQuotaBook(spool, client, **options)
+    _books.append(book)
+    return book
 
 
 @dataclass
@@ -65,7 +81,7 @@ class LeasedAgent:
             self.agent_id,
             self.key,
             self.spool,
-            LeasedQuotaBook(self.spool, client, **options),
+            _book(self.spool, client, **options),
             self.entitlement,
         )
 
@@ -87,7 +103,7 @@ def leased_agent(
     entitlement = store.lookup(api_key)
     assert entitlement is not None
     spool = Spool(data / "spool.sqlite3")
-    book = LeasedQuotaBook(spool, LeaseClient(platform_url, agent_id, key), **options)
+    book = _book(spool, LeaseClient(platform_url, agent_id, key), **options)
     return LeasedAgent(agent_id, key, spool, book, entitlement)
 
 
