@@ -201,7 +201,7 @@ REST_FRAMEWORK = {
 _cache_url = env.text("CACHE_URL", "")
 CACHES = {
     "default": (
-        {"BACKEND": "django.core.cache.backends.redis.RedisCache", "LOCATION": _cache_url}
+        {"BACKEND": "config.redis_cache.SharedClientRedisCache", "LOCATION": _cache_url}
         if _cache_url
         else {"BACKEND": "django.core.cache.backends.locmem.LocMemCache"}
     )

@@ -3,20 +3,23 @@
 Every view answers JSON in the shapes the portal charts read; the `X-Usage-Source` header says whether
 the answer came from the stored rollups (`rollup`) or from the raw records (`raw`), and `X-Usage-Cache`
 whether it was computed now (`miss`) or kept from an earlier identical question over the same data
-(`hit`; usage.cache).
+(`hit`; usage.cache). Answers are kept rendered (the JSON bytes DRF's JSONRenderer makes), so a kept
+one is sent as it is, not decoded and encoded again.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable
+from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from django.db.models import QuerySet
+from django.http import HttpResponse
 from drf_spectacular.utils import extend_schema, inline_serializer
 from rest_framework import serializers
+from rest_framework.renderers import JSONRenderer
 from rest_framework.request import Request
-from rest_framework.response import Response
 from rest_framework.views import APIView
 
 from accounts.access import principal_of
@@ -81,6 +84,14 @@ class BreakdownQuery(UsageQuerySerializer):
     by = serializers.ChoiceField(choices=list(selectors.BREAKDOWN_KEYS))
 
 
+@dataclass(frozen=True)
+class RenderedAnswer:
+    """A dashboard answer as sent: its JSON, and whether it came from the stored rollups."""
+
+    content: bytes
+    from_rollup: bool
+
+
 def _answer(
     request: Request,
     query_class: type[UsageQuerySerializer],
@@ -89,11 +100,12 @@ def _answer(
     *,
     options: tuple[str, ...] = (),
     add: Callable[[QuerySet[Contract]], dict[str, Any]] | None = None,
-) -> Response:
+) -> HttpResponse:
     """Validate the query, scope it to the caller, and answer from the cache or from ClickHouse.
 
     `options` name the query parameters besides the filter that change the answer (part of the cache
-    key); `add` contributes PostgreSQL-side parts of the answer, computed on every call.
+    key); `add` contributes PostgreSQL-side parts of the answer (contract terms), kept with it until
+    the terms change (usage.cache).
     """
     params = query_class(data=request.query_params.dict())
     params.is_valid(raise_exception=True)
@@ -107,13 +119,24 @@ def _answer(
         package=data.get("package"),
     )
     chosen = {name: data[name] for name in options}
-    answer, hit = cached_answer(question, usage, chosen, lambda: read(usage, chosen))
-    body = {**answer.body, **add(contracts)} if add is not None else answer.body
+
+    def compute() -> RenderedAnswer:
+        answer = read(usage, chosen)
+        body = {**answer.body, **add(contracts)} if add is not None else answer.body
+        return RenderedAnswer(JSONRenderer().render(body), answer.from_rollup)
+
+    answer, hit = cached_answer(question, usage, chosen, compute, states_terms=add is not None)
     headers = {
         "X-Usage-Source": "rollup" if answer.from_rollup else "raw",
         "X-Usage-Cache": "hit" if hit else "miss",
     }
-    return Response(body, headers=headers)
+    return HttpResponse(answer.content, content_type="application/json", headers=headers)
+
+
+class UsageView(APIView):
+    """A usage endpoint: JSON only, since its answers are kept rendered."""
+
+    renderer_classes = [JSONRenderer]
 
 
 def _decimal() -> serializers.Field:
@@ -205,9 +228,9 @@ BreakdownAnswer = inline_serializer(
 )
 
 
-class TimeseriesView(APIView):
+class TimeseriesView(UsageView):
     @extend_schema(parameters=[TimeseriesQuery], responses={200: TimeseriesAnswer})
-    def get(self, request: Request) -> Response:
+    def get(self, request: Request) -> HttpResponse:
         return _answer(
             request,
             TimeseriesQuery,
@@ -217,15 +240,15 @@ class TimeseriesView(APIView):
         )
 
 
-class ExpertsView(APIView):
+class ExpertsView(UsageView):
     @extend_schema(parameters=[UsageQuerySerializer], responses={200: ExpertsAnswer})
-    def get(self, request: Request) -> Response:
+    def get(self, request: Request) -> HttpResponse:
         return _answer(request, UsageQuerySerializer, "experts", lambda usage, _: selectors.experts(usage))
 
 
-class RoutingView(APIView):
+class RoutingView(UsageView):
     @extend_schema(parameters=[RoutingQuery], responses={200: RoutingAnswer})
-    def get(self, request: Request) -> Response:
+    def get(self, request: Request) -> HttpResponse:
         return _answer(
             request,
             RoutingQuery,
@@ -235,9 +258,9 @@ class RoutingView(APIView):
         )
 
 
-class LatencyView(APIView):
+class LatencyView(UsageView):
     @extend_schema(parameters=[UsageQuerySerializer], responses={200: LatencyAnswer})
-    def get(self, request: Request) -> Response:
+    def get(self, request: Request) -> HttpResponse:
         return _answer(
             request,
             UsageQuerySerializer,
@@ -247,9 +270,9 @@ class LatencyView(APIView):
         )
 
 
-class BreakdownView(APIView):
+class BreakdownView(UsageView):
     @extend_schema(parameters=[BreakdownQuery], responses={200: BreakdownAnswer})
-    def get(self, request: Request) -> Response:
+    def get(self, request: Request) -> HttpResponse:
         return _answer(
             request,
             BreakdownQuery,

@@ -11,6 +11,10 @@ is the current one, so it is never older than the data: there is no staleness wi
 Order matters for that guarantee: the version is read *before* the query runs. A query that races
 an insert may store newer data under the old version, never older data under the new one.
 
+An answer that also states contract terms (the latency objectives of the latency view, read from
+PostgreSQL) depends on a third version, the *terms version*, replaced on every save or delete of a
+contract, SLA policy or objective (`retire_terms_answers`, wired in usage.apps).
+
 Staff queries over every tenant use the global version, which every store also replaces. A version
 missing from the cache (evicted, expired, cache restarted) is created afresh, which again only
 causes misses. The versions and answers live in Django's default cache: Redis when `CACHE_URL`
@@ -25,17 +29,20 @@ import hashlib
 import json
 import secrets
 from collections.abc import Callable, Iterable
-from typing import Any
+from typing import Any, TypeVar
 
 from django.conf import settings
 from django.core.cache import cache
 
-from .selectors import Answer, UsageFilter
+from .selectors import UsageFilter
+
+T = TypeVar("T")
 
 EVERY_TENANT = "*"
 _EPOCH_KEY = "usage:epoch"  # replaced when stored records change for unknown tenants (a rollup rebuild)
+_TERMS_KEY = "usage:terms"  # replaced when contracts or SLA terms change (answers that state terms)
 _VERSION_KEY = "usage:version:{}"
-_ANSWER_KEY = "usage:answer:{}"
+_ANSWER_KEY = "usage:rendered:{}"  # (version, usage.api.RenderedAnswer)
 
 
 def bump_data_versions(tenants: Iterable[str]) -> None:
@@ -53,11 +60,23 @@ def retire_every_answer() -> None:
     cache.set(_EPOCH_KEY, secrets.token_hex(8), timeout=None)
 
 
+def retire_terms_answers(*args: Any, **kwargs: Any) -> None:
+    """A contract, SLA policy or objective changed: answers that state terms are computed afresh (a
+    signal receiver: any arguments)."""
+    cache.set(_TERMS_KEY, secrets.token_hex(8), timeout=None)
+
+
 def cached_answer(
-    question: str, usage: UsageFilter, options: dict[str, Any], read: Callable[[], Answer]
-) -> tuple[Answer, bool]:
+    question: str,
+    usage: UsageFilter,
+    options: dict[str, Any],
+    read: Callable[[], T],
+    *,
+    states_terms: bool = False,
+) -> tuple[T, bool]:
     """`read()`'s answer to `question` over `usage` with `options`, and whether it came from the
-    cache (it does when the tenant's data has not changed since it was computed).
+    cache (it does when the tenant's data, and with `states_terms` the contract terms, have not
+    changed since it was computed).
 
     One cache round trip on a hit: the versions and the kept answer are read together, and the answer
     counts only if it was computed under the versions read now. Two requests racing to store an
@@ -73,6 +92,8 @@ def cached_answer(
     )  # fmt: skip
     answer_key = _ANSWER_KEY.format(hashlib.sha256(identity.encode()).hexdigest())
     version_keys = [_EPOCH_KEY, _VERSION_KEY.format(usage.tenant or EVERY_TENANT)]
+    if states_terms:
+        version_keys.append(_TERMS_KEY)
     found = cache.get_many([*version_keys, answer_key])
     for key in version_keys:
         if key not in found:  # never set, or evicted: a new version (only misses can follow)
@@ -81,8 +102,7 @@ def cached_answer(
     version = ":".join(str(found[key]) for key in version_keys)  # before the query: see the module docstring
     stored = found.get(answer_key)
     if stored is not None and stored[0] == version:
-        _, body, from_rollup = stored
-        return Answer(body, from_rollup), True
+        return stored[1], True
     answer = read()
-    cache.set(answer_key, (version, answer.body, answer.from_rollup), timeout=seconds)
+    cache.set(answer_key, (version, answer), timeout=seconds)
     return answer, False

@@ -82,16 +82,39 @@ def test_a_rollup_rebuild_retires_every_answer(world: World) -> None:
     assert ask(client)[0] == "miss"
 
 
-def test_latency_objectives_are_read_fresh_on_a_cache_hit(world: World) -> None:
+def test_a_change_of_terms_retires_the_latency_answers_that_state_them(world: World) -> None:
     client = world.client(world.tenant_a)
     assert ask(client, "latency")[1]["sla"] == []
+    ask(client)
+    assert ask(client, "latency")[0] == "hit"
+
     policy = SlaPolicy.objects.create(name="A1 terms", contract=world.a1)
-    Objective.objects.create(
+    state, body = ask(client, "latency")
+    assert (state, body["sla"]) == ("miss", [])  # a policy without objectives states none
+    objective = Objective.objects.create(
         policy=policy, name="e2e", kind="latency", layer="e2e", threshold_ms=Decimal(200), target_percent=99
     )
     state, body = ask(client, "latency")
-    assert state == "hit"
-    assert [(o["objective"], o["contracts"]) for o in body["sla"]] == [("e2e", ["usage-a1"])]
+    assert state == "miss"
+    assert [(o["objective"], o["threshold_ms"], o["contracts"]) for o in body["sla"]] == [
+        ("e2e", "200.000", ["usage-a1"])
+    ]
+    assert ask(client, "latency")[0] == "hit"
+    assert ask(client)[0] == "hit"  # answers that state no terms are kept
+
+    objective.threshold_ms = Decimal(150)
+    objective.save()
+    state, body = ask(client, "latency")
+    assert (state, body["sla"][0]["threshold_ms"]) == ("miss", "150.000")
+
+    world.a1.code = "usage-a1-renamed"
+    world.a1.save()
+    state, body = ask(client, "latency")
+    assert (state, body["sla"][0]["contracts"]) == ("miss", ["usage-a1-renamed"])
+
+    objective.delete()
+    state, body = ask(client, "latency")
+    assert (state, body["sla"]) == ("miss", [])
 
 
 @override_settings(USAGE_ANSWER_CACHE_SECONDS=0)
