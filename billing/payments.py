@@ -188,7 +188,11 @@ def _charge_debit_note(row: StripeNote, note: Note) -> None:
             "currency": invoice.currency.lower(),
             "customer": customer.customer_id,
             "description": f"Debit note {note.number} on invoice {invoice.number}",
-            "metadata": {"debit_note": note.number, "debit_note_id": str(note.pk), "invoice": invoice.number},
+            "metadata": {
+                "debit_note": note.number,
+                "debit_note_id": str(note.pk),
+                "invoice": invoice.number or "",  # notes exist on finalised (numbered) invoices only
+            },
         },
         {"idempotency_key": f"debit-note-{invoice.issuing_entity}-{note.number}"},
     )
