@@ -8,8 +8,10 @@ generated inside the engine (INSERT … SELECT FROM numbers()) before the clock 
 per-unit prices on five dimensions, a graduated tier on input tokens, a base fee, a minimum commitment
 and a 6 % tax; every tenth has a custom metric. Timed:
 
-- the full run: `billing.tasks.run_invoices` (one aggregate query for all contracts, then per contract:
-  terms, rating, draft, finalisation with gapless numbers, the ledger's checkpoint hook);
+- the full run: `billing.tasks.run_invoices` (one aggregate query for all contracts, then the batch
+  path of `billing.invoice_run` per chunk of 250 contracts: contract locks, terms and rating in
+  Python, bulk inserts of invoices and lines, one gapless numbering per issuing entity, one ledger
+  checkpoint and completeness read; still one webhook event per invoice);
 - its aggregate query alone (`usage_by_contract`, deduplicated reads: FINAL);
 - one bare GROUP BY contract with the same aggregates, without and with FINAL.
 """

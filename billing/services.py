@@ -8,8 +8,10 @@ reference; notes are checked against what the invoice still allows.
 from __future__ import annotations
 
 from collections import Counter
+from collections.abc import Iterable
 from datetime import datetime, timedelta
 from decimal import Decimal
+from typing import Any
 
 from django.apps import apps
 from django.conf import settings
@@ -60,10 +62,7 @@ def generate_invoice(
     credits of earlier months become credit lines in the same transaction (`billing.service_credits`).
     """
     now = now or timezone.now()
-    if period_end > now:
-        raise BillingError("period_open", f"The period ending {period_end.isoformat()} has not closed yet.")
-    if period_start >= period_end:
-        raise BillingError("invalid_period", "The period must start before it ends.")
+    check_period(period_start, period_end, now)
     try:
         with transaction.atomic():
             contract = Contract.objects.select_for_update().select_related("tenant").get(pk=contract_id)
@@ -111,13 +110,21 @@ def generate_invoice(
                     line.details["outcomes"] = outcome_refs
                     line.details["condition"] = terms.outcome_rule
             invoice = _write_draft(contract, invoice, terms, usage, rated, period_start, period_end)
-            _mark_late_usage_billed(contract, invoice, rated.lines)
+            mark_late_usage_billed(contract, invoice, rated.lines)
             record_service_credits(invoice, sla_credits, now)
             if now >= invoice.grace_until:  # type: ignore[operator]
                 invoice = finalize_invoice(invoice, now=now)
             return invoice
     except IntegrityError:
         return Invoice.objects.get(contract_id=contract_id, period_start=period_start, period_end=period_end)
+
+
+def check_period(start: datetime, end: datetime, now: datetime) -> None:
+    """BillingError unless [start, end) is a closed period."""
+    if end > now:
+        raise BillingError("period_open", f"The period ending {end.isoformat()} has not closed yet.")
+    if start >= end:
+        raise BillingError("invalid_period", "The period must start before it ends.")
 
 
 def _with_outcomes(
@@ -150,7 +157,31 @@ def _write_draft(
     start: datetime,
     end: datetime,
 ) -> Invoice:
-    fields = {
+    fields = draft_fields(contract, terms, usage, rated, end)
+    if invoice is None:
+        invoice = Invoice.objects.create(
+            contract=contract,
+            tenant=contract.tenant,
+            period_start=start,
+            period_end=end,
+            currency=terms.currency,
+            **fields,
+        )
+    else:
+        for name, value in fields.items():
+            setattr(invoice, name, value)
+        invoice.save()
+        invoice.lines.all().delete()
+    InvoiceLine.objects.bulk_create(invoice_lines(invoice, rated))
+    return invoice
+
+
+def draft_fields(
+    contract: Contract, terms: Terms, usage: PeriodUsage, rated: RatedInvoice, end: datetime
+) -> dict[str, object]:
+    """The invoice fields a (re-)rating sets: amounts, the frozen terms with the measured quantities,
+    the grace period and status. Shared by generate_invoice and the batch run (`billing.invoice_run`)."""
+    return {
         "record_count": usage.record_count,
         "subtotal": rated.subtotal,
         "tax": rated.tax,
@@ -166,21 +197,11 @@ def _write_draft(
         "status": Invoice.Status.GRACE if contract.grace_days else Invoice.Status.DRAFT,
         "issuing_entity": contract.issuing_entity,
     }
-    if invoice is None:
-        invoice = Invoice.objects.create(
-            contract=contract,
-            tenant=contract.tenant,
-            period_start=start,
-            period_end=end,
-            currency=terms.currency,
-            **fields,
-        )
-    else:
-        for name, value in fields.items():
-            setattr(invoice, name, value)
-        invoice.save()
-        invoice.lines.all().delete()
-    InvoiceLine.objects.bulk_create(
+
+
+def invoice_lines(invoice: Invoice, rated: RatedInvoice) -> list[InvoiceLine]:
+    """The rated lines as rows of `invoice`, at the precision they are stored with."""
+    return [
         InvoiceLine(
             invoice=invoice,
             kind=line.kind,
@@ -192,11 +213,10 @@ def _write_draft(
             details=line.details,
         )
         for line in rated.lines
-    )
-    return invoice
+    ]
 
 
-def _mark_late_usage_billed(contract: Contract, invoice: Invoice, lines: list[RatedLine]) -> None:
+def mark_late_usage_billed(contract: Contract, invoice: Invoice, lines: list[RatedLine]) -> None:
     """The adjusted LateUsage rows this invoice's adjustment lines bill now point at it."""
     for line in lines:
         if line.kind == InvoiceLine.Kind.ADJUSTMENT:
@@ -214,11 +234,14 @@ def _describe(line: RatedLine) -> str:
     return f"{line.description} (verified: {condition})" if condition else line.description
 
 
-def _next_number(entity: str) -> str:
+def take_numbers(entity: str, count: int = 1) -> list[str]:
+    """The entity's next `count` invoice numbers, in order: its sequence row is locked (until the
+    transaction ends) and advanced once, so numbers stay gapless also when taken in bulk."""
     sequence, _ = InvoiceSequence.objects.select_for_update().get_or_create(issuing_entity=entity)
-    sequence.last_number += 1
+    first = sequence.last_number + 1
+    sequence.last_number += count
     sequence.save(update_fields=["last_number"])
-    return f"{entity.upper()}-{sequence.last_number:06d}"
+    return [f"{entity.upper()}-{n:06d}" for n in range(first, first + count)]
 
 
 def finalize_invoice(invoice: Invoice, *, now: datetime | None = None) -> Invoice:
@@ -231,35 +254,68 @@ def finalize_invoice(invoice: Invoice, *, now: datetime | None = None) -> Invoic
         invoice = Invoice.objects.select_for_update().get(pk=invoice.pk)
         if invoice.status not in OPEN_STATUSES:
             return invoice
-        applied, allocation = _credits_for(invoice)
+        applied, allocation = credit_allocation(
+            invoice, invoice.lines.all(), credit_balance(invoice.contract_id)
+        )
         if applied:
-            CreditEntry.objects.create(
-                contract=invoice.contract,
-                kind=CreditEntry.Kind.CONSUME,
-                amount=-applied,
-                invoice=invoice,
-                reference=f"invoice:{invoice.pk}",
-            )
-        invoice.credits_applied = applied
-        invoice.amount_due = invoice.total - applied
-        invoice.terms = {**invoice.terms, "credit_allocation": allocation}
-        invoice.number = _next_number(invoice.issuing_entity)
-        invoice.status = Invoice.Status.FINALIZED
-        invoice.finalized_at = now
+            consumption(invoice, applied).save()
+        set_final(
+            invoice,
+            applied,
+            allocation,
+            number=take_numbers(invoice.issuing_entity)[0],
+            now=now,
+            checkpoint=latest_checkpoint(),
+            completeness=completeness_statement(invoice),
+        )
         if any(c["dimension"] == Dimension.OUTCOMES for c in invoice.terms.get("charges", [])):
             outcomes.mark_billed(invoice)
-        checkpoint = latest_checkpoint()
-        if checkpoint is not None:
-            invoice.terms["ledger_checkpoint"] = checkpoint
-        completeness = completeness_statement(invoice)
-        if completeness is not None:
-            invoice.terms["completeness"] = completeness
         invoice.save()
-        publish_invoice_event("invoice.finalized", invoice)
-        if settings.STRIPE_API_KEY and invoice.amount_due > 0:
-            invoice_id = invoice.pk
-            transaction.on_commit(lambda: _push_to_stripe(invoice_id), robust=True)
+        announce_finalised(invoice)
         return invoice
+
+
+def set_final(
+    invoice: Invoice,
+    applied: Decimal,
+    allocation: dict[str, str],
+    *,
+    number: str,
+    now: datetime,
+    checkpoint: dict[str, object] | None,
+    completeness: dict[str, object] | None,
+) -> None:
+    """The fields finalisation sets on the (unsaved) invoice: credits, number, status, and what the
+    terms pin: the credit allocation, the ledger checkpoint and the completeness statement."""
+    invoice.credits_applied = applied
+    invoice.amount_due = invoice.total - applied
+    invoice.terms = {**invoice.terms, "credit_allocation": allocation}
+    invoice.number = number
+    invoice.status = Invoice.Status.FINALIZED
+    invoice.finalized_at = now
+    if checkpoint is not None:
+        invoice.terms["ledger_checkpoint"] = checkpoint
+    if completeness is not None:
+        invoice.terms["completeness"] = completeness
+
+
+def consumption(invoice: Invoice, applied: Decimal) -> CreditEntry:
+    """The (unsaved) wallet entry spending `applied` on the invoice: once per invoice, by its reference."""
+    return CreditEntry(
+        contract_id=invoice.contract_id,
+        kind=CreditEntry.Kind.CONSUME,
+        amount=-applied,
+        invoice=invoice,
+        reference=f"invoice:{invoice.pk}",
+    )
+
+
+def announce_finalised(invoice: Invoice) -> None:
+    """The `invoice.finalized` webhook event, and the Stripe push once the transaction commits."""
+    publish_invoice_event("invoice.finalized", invoice)
+    if settings.STRIPE_API_KEY and invoice.amount_due > 0:
+        invoice_id = invoice.pk
+        transaction.on_commit(lambda: _push_to_stripe(invoice_id), robust=True)
 
 
 def completeness_statement(invoice: Invoice) -> dict[str, object] | None:
@@ -270,7 +326,11 @@ def completeness_statement(invoice: Invoice) -> dict[str, object] | None:
         return None
     from ledger.selectors import invoice_completeness  # the ledger app depends on billing, not back
 
-    report = invoice_completeness(invoice)
+    return statement_of(invoice, invoice_completeness(invoice))
+
+
+def statement_of(invoice: Invoice, report: dict[str, Any]) -> dict[str, object]:
+    """The completeness statement from the ledger's report on the invoice (`invoice_completeness`)."""
     return {
         "records": invoice.record_count,
         "logged_records": report["logged_records"],
@@ -296,10 +356,12 @@ def _push_note_to_stripe(note: Note) -> None:
     enqueue_note_push(note)
 
 
-def _credits_for(invoice: Invoice) -> tuple[Decimal, dict[str, str]]:
-    """How much of the wallet pays this invoice: the line kinds the contract's credit order names, in
-    that order (each with its share of exclusive tax), up to the balance. Empty order: every line."""
-    balance = credit_balance(invoice.contract_id)
+def credit_allocation(
+    invoice: Invoice, lines: Iterable[InvoiceLine], balance: Decimal
+) -> tuple[Decimal, dict[str, str]]:
+    """How much of the wallet's `balance` pays this invoice: the line kinds the contract's credit order
+    names, in that order (each with its share of exclusive tax), up to the balance. Empty order: every
+    line. `lines`: the invoice's lines (read only when the order needs them)."""
     if balance <= 0 or invoice.total <= 0:
         return Decimal(0), {}
     order = list(invoice.terms.get("credit_order") or [])
@@ -312,7 +374,7 @@ def _credits_for(invoice: Invoice) -> tuple[Decimal, dict[str, str]]:
     applied = Decimal(0)
     for kind in order:
         due = round_money(
-            sum((line.amount for line in invoice.lines.filter(kind=kind)), Decimal(0)) * gross,
+            sum((line.amount for line in lines if line.kind == kind), Decimal(0)) * gross,
             invoice.currency,
         )
         take = max(min(due, left - applied), Decimal(0))

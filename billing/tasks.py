@@ -10,10 +10,12 @@ from typing import Any
 import stripe
 from celery import shared_task
 from django.db.models import Q
+from django.utils import timezone
 
 from contracts.models import Contract
 
-from .errors import BillingError, TermsError
+from .errors import TermsError
+from .invoice_run import invoice_contracts
 from .models import Invoice, Note, StripeNote, StripePayment
 from .payments import TRANSIENT, PushInFlight, push_invoice, push_note
 from .periods import month_bounds
@@ -29,11 +31,13 @@ def generate_invoice_task(contract_code: str, month: str) -> int:
     return generate_invoice(contract.pk, start, end).pk
 
 
-def run_invoices(month: str, progress: Any = None) -> dict[str, Any]:
+def run_invoices(month: str, progress: Any = None, *, now: datetime | None = None) -> dict[str, Any]:
     """Invoice every contract that ran during `month`: one ClickHouse aggregate for all of them (per
-    price segment for a contract whose price changes within the month), then one invoice each. A
-    contract whose terms cannot be billed is reported under `failed` (code and message) and the run
-    goes on. `progress(done, total)` is called after each contract."""
+    price segment for a contract whose price changes within the month), then the invoices in chunks of
+    contracts, one transaction each (`billing.invoice_run`: the invoices generate_invoice makes, in a
+    few statements per chunk). A contract whose terms cannot be billed is reported under `failed` (code
+    and message) and the run goes on. `progress(done, total)` is called for each contract once its
+    chunk has committed."""
     start, end = month_bounds(month)
     contracts = list(
         Contract.objects.billable()
@@ -41,6 +45,7 @@ def run_invoices(month: str, progress: Any = None) -> dict[str, Any]:
         .filter(Q(ends_at__isnull=True) | Q(ends_at__gt=start))
         .select_related("tenant")
         .prefetch_related("metrics", "prices")
+        .order_by("pk")
     )
     meters = [
         ContractMeter(
@@ -55,15 +60,9 @@ def run_invoices(month: str, progress: Any = None) -> dict[str, Any]:
         usage = usage_by_contract(meters, start, end)
     except TermsError:  # a contract's metric does not compile: measure each alone to isolate it
         usage = {}
-    finalized, failed = 0, {}
-    for done, contract in enumerate(contracts, start=1):
-        try:
-            invoice = generate_invoice(contract.pk, start, end, usage=usage.get(contract.code))
-            finalized += invoice.number is not None
-        except BillingError as error:
-            failed[contract.code] = f"{error.code}: {error.message}"
-        if progress is not None:
-            progress(done, len(contracts))
+    finalized, failed = invoice_contracts(
+        contracts, start, end, usage, now=now or timezone.now(), progress=progress
+    )
     return {"contracts": len(contracts), "finalized": finalized, "failed": failed}
 
 

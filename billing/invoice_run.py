@@ -1,0 +1,311 @@
+"""The invoice run in batches: the same invoices `generate_invoice` makes one contract at a time, with a
+few statements per chunk of contracts instead of some forty per contract.
+
+Each chunk is one transaction. It locks the chunk's contract rows, then their tenants, then the
+invoice-sequence rows of the issuing entities it may number (each set ordered by key, and in the
+order generate_invoice takes them, so concurrent runs queue instead of deadlocking), and reads the
+period's invoices of the chunk in one query: a finalised one stays as it is, an open one is re-rated.
+Terms and rating are the pure `terms_of` / `rate_period`; invoices, lines and wallet entries are bulk
+inserts; the invoices the chunk finalises take their numbers with one sequence update per issuing
+entity (in contract order, gapless); the ledger checkpoint is read once and the completeness
+statements come from one set-based ledger read per chunk.
+
+Contracts with rare features go through `generate_invoice` itself, inside the chunk's transaction:
+outcome charges, coupons, SLA service credits pending (or on the open draft), usage the run could not
+measure (or not per price segment). Late-usage adjustments take the batch path with the same
+`late_usage_adjustments` generate_invoice uses.
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+from decimal import Decimal
+
+from django.apps import apps
+from django.db import transaction
+from django.db.models import Q, Sum
+
+from accounts.models import Tenant
+from contracts.dimensions import Dimension
+from contracts.models import NEVER_BILLED, Contract
+from sla.models import ServiceCredit
+
+from .errors import BillingError
+from .lateness import late_usage_adjustments
+from .models import OPEN_STATUSES, CreditEntry, Invoice, InvoiceLine, InvoiceSequence
+from .rating import PeriodUsage, RatedInvoice, RatedLine, rate_period
+from .selectors import latest_checkpoint
+from .services import (
+    announce_finalised,
+    check_period,
+    consumption,
+    credit_allocation,
+    draft_fields,
+    generate_invoice,
+    invoice_lines,
+    mark_late_usage_billed,
+    set_final,
+    statement_of,
+    take_numbers,
+)
+from .terms import Terms, terms_of
+
+CHUNK = 250
+CENT = Decimal("0.01")  # the invoice amounts' stored precision
+_REFRESHED = [  # what a re-rate and finalisation change on an open invoice
+    "record_count",
+    "subtotal",
+    "tax",
+    "total",
+    "amount_due",
+    "terms",
+    "grace_until",
+    "status",
+    "issuing_entity",
+    "credits_applied",
+    "number",
+    "finalized_at",
+]
+
+Progress = Callable[[int, int], None]
+
+
+@dataclass
+class _Rated:
+    contract: Contract
+    invoice: Invoice
+    lines: list[InvoiceLine]
+    rated: RatedInvoice
+    is_new: bool
+
+
+def invoice_contracts(
+    contracts: Sequence[Contract],
+    start: datetime,
+    end: datetime,
+    usage: Mapping[str, PeriodUsage],
+    *,
+    now: datetime,
+    progress: Progress | None = None,
+) -> tuple[int, dict[str, str]]:
+    """Invoice the contracts for [start, end) with the usage measured for them, chunk by chunk (in
+    the given order; pass them ordered by pk). Returns how many invoices are finalised and, per
+    contract code, why one could not be billed. `progress(done, total)` runs per contract once its
+    chunk has committed."""
+    finalized, failed = 0, {}
+    try:
+        check_period(start, end, now)
+        closed = True
+    except BillingError as error:  # as generate_invoice answers it for each contract
+        failed = {c.code: f"{error.code}: {error.message}" for c in contracts}
+        closed = False
+    for first in range(0, len(contracts), CHUNK):
+        part = contracts[first : first + CHUNK]
+        if closed:
+            with transaction.atomic():
+                made, errors = _invoice_chunk([c.pk for c in part], start, end, usage, now)
+            finalized += made
+            failed.update(errors)
+        if progress is not None:
+            for done in range(first + 1, first + len(part) + 1):
+                progress(done, len(contracts))
+    return finalized, failed
+
+
+def _invoice_chunk(
+    ids: list[int], start: datetime, end: datetime, usage: Mapping[str, PeriodUsage], now: datetime
+) -> tuple[int, dict[str, str]]:
+    locked = Contract.objects.select_for_update(of=("self",)).filter(pk__in=ids).order_by("pk")
+    tenant_ids = set(locked.values_list("tenant_id", flat=True))
+    list(Tenant.objects.select_for_update().filter(pk__in=tenant_ids).order_by("pk").values_list("pk"))
+    contracts = list(
+        Contract.objects.filter(pk__in=ids)
+        .select_related("tenant")
+        .prefetch_related("metrics", "prices", "coupons")
+        .order_by("pk")
+    )
+    existing = {
+        i.contract_id: i
+        for i in Invoice.objects.filter(contract_id__in=ids, period_start=start, period_end=end)
+    }
+    finalized, failed = 0, {}
+    todo = []
+    for contract in contracts:
+        invoice = existing.get(contract.pk)
+        if contract.status in NEVER_BILLED:
+            failed[contract.code] = f"contract_not_billable: Contract {contract.code} is {contract.status}."
+        elif invoice is not None and invoice.status not in OPEN_STATUSES:
+            finalized += invoice.number is not None
+        else:
+            todo.append(contract)
+    if not todo:
+        return finalized, failed
+    _lock_sequences({c.issuing_entity for c in todo if now >= end + timedelta(days=c.grace_days)})
+    batch, fallback = _split(todo, existing, start, end, usage, failed)
+    for contract in fallback:
+        try:
+            invoice = generate_invoice(contract.pk, start, end, usage=usage.get(contract.code), now=now)
+            finalized += invoice.number is not None
+        except BillingError as error:
+            failed[contract.code] = f"{error.code}: {error.message}"
+    billed_before = set(
+        Invoice.objects.filter(
+            contract_id__in=[c.pk for c, _ in batch],
+            status__in=[Invoice.Status.FINALIZED, Invoice.Status.PAID],
+            period_end__lte=start,
+        ).values_list("contract_id", flat=True)
+    )
+    rated = []
+    for contract, terms in batch:
+        try:
+            adjustments = []
+            if contract.pk in billed_before:  # late records of those periods: adjustment lines
+                with transaction.atomic():  # its LateUsage rows go if the contract fails
+                    adjustments = late_usage_adjustments(contract, start, now)
+            invoice = existing.get(contract.pk)
+            rated.append(_rate(contract, invoice, terms, usage[contract.code], adjustments, start, end))
+        except BillingError as error:
+            failed[contract.code] = f"{error.code}: {error.message}"
+    return finalized + _write(rated, now), failed
+
+
+def _lock_sequences(entities: set[str]) -> None:
+    """The sequence rows of these issuing entities, locked in name order (made when missing)."""
+    rows = InvoiceSequence.objects.select_for_update().filter(issuing_entity__in=entities)
+    if len(list(rows.order_by("issuing_entity").values_list("pk"))) < len(entities):
+        InvoiceSequence.objects.bulk_create(
+            [InvoiceSequence(issuing_entity=e) for e in sorted(entities)], ignore_conflicts=True
+        )
+        list(rows.order_by("issuing_entity").values_list("pk"))
+
+
+def _split(
+    todo: list[Contract],
+    existing: Mapping[int, Invoice],
+    start: datetime,
+    end: datetime,
+    usage: Mapping[str, PeriodUsage],
+    failed: dict[str, str],
+) -> tuple[list[tuple[Contract, Terms]], list[Contract]]:
+    """The contracts the batch path bills (with their terms), and those generate_invoice bills alone;
+    a contract whose terms cannot be billed goes to `failed`."""
+    drafts = [existing[c.pk].pk for c in todo if c.pk in existing]
+    credited = set(
+        ServiceCredit.objects.filter(
+            Q(status=ServiceCredit.Status.PENDING) | Q(invoice_id__in=drafts),
+            contract_id__in=[c.pk for c in todo],
+            month__lt=f"{start:%Y-%m}",
+        ).values_list("contract_id", flat=True)
+    )
+    batch, fallback = [], []
+    for contract in todo:
+        try:
+            terms = terms_of(contract, start, end)
+        except BillingError as error:
+            failed[contract.code] = f"{error.code}: {error.message}"
+            continue
+        measured = usage.get(contract.code)
+        bounds = terms.change_instants(start, end)
+        if (
+            measured is None
+            or (bounds and tuple(s.start for s in measured.segments[1:]) != bounds)
+            or terms.coupons
+            or any(c.dimension == Dimension.OUTCOMES for c in terms.charges)
+            or contract.pk in credited
+        ):
+            fallback.append(contract)
+        else:
+            batch.append((contract, terms))
+    return batch, fallback
+
+
+def _rate(
+    contract: Contract,
+    invoice: Invoice | None,
+    terms: Terms,
+    usage: PeriodUsage,
+    adjustments: list[RatedLine],
+    start: datetime,
+    end: datetime,
+) -> _Rated:
+    """The contract's draft (not saved): rated as generate_invoice rates it, amounts as stored."""
+    rated = rate_period(terms, usage, start, end, adjustments=adjustments)
+    is_new = invoice is None
+    if invoice is None:
+        invoice = Invoice(
+            contract=contract,
+            tenant=contract.tenant,
+            period_start=start,
+            period_end=end,
+            currency=terms.currency,
+        )
+    for name, value in draft_fields(contract, terms, usage, rated, end).items():
+        setattr(invoice, name, value)
+    for name in ("subtotal", "tax", "total", "amount_due"):
+        setattr(invoice, name, getattr(invoice, name).quantize(CENT))
+    return _Rated(contract, invoice, invoice_lines(invoice, rated), rated, is_new)
+
+
+def _write(rated: list[_Rated], now: datetime) -> int:
+    """Finalise the drafts whose grace period has passed, then store all of them with their lines,
+    wallet entries and late-usage links; announce the finalised ones. Returns how many were."""
+    final = [r for r in rated if now >= r.invoice.grace_until]  # type: ignore[operator]
+    balances = dict(
+        CreditEntry.objects.filter(contract_id__in=[r.contract.pk for r in final])
+        .values("contract_id")
+        .annotate(total=Sum("amount"))
+        .order_by()
+        .values_list("contract_id", "total")
+    )
+    numbers: dict[str, list[str]] = {}
+    per_entity: dict[str, int] = defaultdict(int)
+    for r in final:
+        per_entity[r.invoice.issuing_entity] += 1
+    for entity in sorted(per_entity):
+        numbers[entity] = take_numbers(entity, per_entity[entity])
+    checkpoint = latest_checkpoint() if final else None
+    statements = _statements([r.invoice for r in final])
+    applied: dict[int, Decimal] = {}
+    for r, completeness in zip(final, statements, strict=True):
+        invoice = r.invoice
+        balance = balances.get(r.contract.pk, Decimal("0.00"))
+        applied[r.contract.pk], allocation = credit_allocation(invoice, r.lines, balance)
+        number = numbers[invoice.issuing_entity].pop(0)
+        set_final(
+            invoice,
+            applied[r.contract.pk],
+            allocation,
+            number=number,
+            now=now,
+            checkpoint=checkpoint,
+            completeness=completeness,
+        )
+    Invoice.objects.bulk_create([r.invoice for r in rated if r.is_new])
+    reopened = [r.invoice for r in rated if not r.is_new]
+    if reopened:
+        InvoiceLine.objects.filter(invoice__in=reopened).delete()
+        Invoice.objects.bulk_update(reopened, _REFRESHED)
+    InvoiceLine.objects.bulk_create([line for r in rated for line in r.lines], batch_size=2000)
+    CreditEntry.objects.bulk_create(
+        consumption(r.invoice, applied[r.contract.pk]) for r in final if applied[r.contract.pk]
+    )
+    for r in rated:
+        if any(line.kind == InvoiceLine.Kind.ADJUSTMENT for line in r.rated.lines):
+            mark_late_usage_billed(r.contract, r.invoice, r.rated.lines)
+    for r in final:
+        announce_finalised(r.invoice)
+    return len(final)
+
+
+def _statements(invoices: list[Invoice]) -> list[dict[str, object] | None]:
+    """Each invoice's completeness statement (None without the ledger app), from one batch read."""
+    if not apps.is_installed("ledger") or not invoices:
+        return [None] * len(invoices)
+    from ledger.selectors import invoices_completeness  # the ledger app depends on billing, not back
+
+    return [
+        statement_of(i, report) for i, report in zip(invoices, invoices_completeness(invoices), strict=True)
+    ]
