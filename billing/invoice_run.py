@@ -295,8 +295,7 @@ def _write(rated: list[_Rated], now: datetime) -> int:
     for r in rated:
         if any(line.kind == InvoiceLine.Kind.ADJUSTMENT for line in r.rated.lines):
             mark_late_usage_billed(r.contract, r.invoice, r.rated.lines)
-    for r in final:
-        announce_finalised(r.invoice)
+    announce_finalised([r.invoice for r in final])
     return len(final)
 
 

@@ -8,9 +8,10 @@ reference; notes are checked against what the invoice still allows.
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from datetime import datetime, timedelta
 from decimal import Decimal
+from functools import partial
 from typing import Any
 
 from django.apps import apps
@@ -21,7 +22,7 @@ from django.utils import timezone
 from contracts.dimensions import Dimension
 from contracts.models import NEVER_BILLED, Contract
 from contracts.money import round_money
-from webhooks.events import publish_invoice_event
+from webhooks.events import publish_invoice_event, publish_invoice_events
 
 from . import outcomes
 from .errors import BillingError, TermsError
@@ -271,7 +272,7 @@ def finalize_invoice(invoice: Invoice, *, now: datetime | None = None) -> Invoic
         if any(c["dimension"] == Dimension.OUTCOMES for c in invoice.terms.get("charges", [])):
             outcomes.mark_billed(invoice)
         invoice.save()
-        announce_finalised(invoice)
+        announce_finalised([invoice])
         return invoice
 
 
@@ -310,12 +311,13 @@ def consumption(invoice: Invoice, applied: Decimal) -> CreditEntry:
     )
 
 
-def announce_finalised(invoice: Invoice) -> None:
-    """The `invoice.finalized` webhook event, and the Stripe push once the transaction commits."""
-    publish_invoice_event("invoice.finalized", invoice)
-    if settings.STRIPE_API_KEY and invoice.amount_due > 0:
-        invoice_id = invoice.pk
-        transaction.on_commit(lambda: _push_to_stripe(invoice_id), robust=True)
+def announce_finalised(invoices: Sequence[Invoice]) -> None:
+    """The `invoice.finalized` webhook events, and the Stripe pushes once the transaction commits."""
+    publish_invoice_events("invoice.finalized", invoices)
+    if settings.STRIPE_API_KEY:
+        for invoice in invoices:
+            if invoice.amount_due > 0:
+                transaction.on_commit(partial(_push_to_stripe, invoice.pk), robust=True)
 
 
 def completeness_statement(invoice: Invoice) -> dict[str, object] | None:

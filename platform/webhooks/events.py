@@ -10,18 +10,30 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from decimal import Decimal
 from typing import Any
 
 from .models import WebhookEvent
-from .services import publish_event
+from .services import Publication, publish_event, publish_events
 
 QUANTITY = Decimal("0.000001")  # quantities as invoice lines store them
 
 
 def publish_invoice_event(event_type: str, invoice: Any) -> WebhookEvent:
     """`invoice.finalized` or `invoice.paid` for a billing Invoice, to its tenant's endpoints."""
-    payload = {
+    return publish_event(event_type, invoice.tenant, _invoice_payload(invoice), f"{event_type}:{invoice.pk}")
+
+
+def publish_invoice_events(event_type: str, invoices: Sequence[Any]) -> list[WebhookEvent]:
+    """`publish_invoice_event` for many invoices at once (an invoice run's chunk); the new events."""
+    return publish_events(
+        [Publication(event_type, i.tenant, _invoice_payload(i), f"{event_type}:{i.pk}") for i in invoices]
+    )
+
+
+def _invoice_payload(invoice: Any) -> dict[str, Any]:
+    return {
         "invoice": invoice.pk,
         "number": invoice.number,
         "contract": invoice.contract.code,
@@ -32,7 +44,6 @@ def publish_invoice_event(event_type: str, invoice: Any) -> WebhookEvent:
         "total": str(invoice.total),
         "amount_due": str(invoice.amount_due),
     }
-    return publish_event(event_type, invoice.tenant, payload, f"{event_type}:{invoice.pk}")
 
 
 def publish_dispute_updated(dispute: Any, action: str) -> WebhookEvent:

@@ -2,11 +2,14 @@
 
 from __future__ import annotations
 
+import json
+from collections.abc import Sequence
 from functools import partial
-from typing import Any
+from typing import Any, NamedTuple
 
-from django.db import transaction
+from django.db import connection, transaction
 from django.db.models import Q
+from django.utils import timezone
 
 from accounts.access import Principal
 from accounts.models import Tenant
@@ -15,6 +18,15 @@ from config.errors import ApiError
 from .destinations import check_endpoint_url
 from .models import WebhookDelivery, WebhookEndpoint, WebhookEvent
 from .tasks import deliver_task
+
+
+class Publication(NamedTuple):
+    """One event to publish: its type, the tenant it concerns (None: platform-wide), body and id."""
+
+    event_type: str
+    tenant: Tenant | None
+    payload: dict[str, Any]
+    event_id: str
 
 
 def matching_endpoints(event_type: str, tenant: Tenant | None) -> list[WebhookEndpoint]:
@@ -31,19 +43,64 @@ def publish_event(
 
     Idempotent: publishing an `event_id` again returns the stored event and sends nothing new.
     """
+    created = publish_events([Publication(event_type, tenant, payload, event_id)])
+    return created[0] if created else WebhookEvent.objects.get(event_id=event_id)
+
+
+def publish_events(publications: Sequence[Publication]) -> list[WebhookEvent]:
+    """`publish_event` for many events in a few statements (an invoice run announces hundreds at once):
+    one insert that skips the event ids stored already (also by a concurrent publisher), one read of
+    the active endpoints of their tenants, one insert of the deliveries. Returns the events stored now,
+    in the order given; an event id stored before (or twice in `publications`) sends nothing new."""
+    unique = list({p.event_id: p for p in reversed(publications)}.values())[::-1]  # first of each id
+    if not unique:
+        return []
     with transaction.atomic():
-        event, created = WebhookEvent.objects.get_or_create(
-            event_id=event_id, defaults={"type": event_type, "tenant": tenant, "payload": payload}
+        created = _insert_new_events(unique)
+        tenant_ids = {e.tenant_id for e in created if e.tenant_id is not None}
+        endpoints = list(
+            WebhookEndpoint.objects.filter(Q(tenant__isnull=True) | Q(tenant_id__in=tenant_ids), active=True)
         )
-        if not created:
-            return event
         deliveries = WebhookDelivery.objects.bulk_create(
             WebhookDelivery(event=event, endpoint=endpoint)
-            for endpoint in matching_endpoints(event_type, tenant)
+            for event in created
+            for endpoint in endpoints
+            if endpoint.tenant_id in (None, event.tenant_id) and endpoint.subscribes_to(event.type)
         )
         for delivery in deliveries:
             transaction.on_commit(partial(deliver_task.delay, delivery.pk))
-    return event
+    return created
+
+
+def _insert_new_events(publications: list[Publication]) -> list[WebhookEvent]:
+    """INSERT … ON CONFLICT (event_id) DO NOTHING RETURNING: only the rows this call stored come back,
+    so a concurrent publisher of the same id never makes a second set of deliveries (Django's
+    `bulk_create(ignore_conflicts=True)` does not say which rows it stored)."""
+    table = WebhookEvent._meta.db_table
+    now = timezone.now()
+    rows = ", ".join(["(%s, %s, %s, %s::jsonb, %s)"] * len(publications))
+    params: list[Any] = []
+    for p in publications:
+        params += [p.event_id, p.event_type, p.tenant.pk if p.tenant else None, json.dumps(p.payload), now]
+    with connection.cursor() as cursor:
+        cursor.execute(
+            f"INSERT INTO {table} (event_id, type, tenant_id, payload, created_at) VALUES {rows} "  # noqa: S608
+            "ON CONFLICT (event_id) DO NOTHING RETURNING id, event_id",
+            params,
+        )
+        stored = dict((event_id, pk) for pk, event_id in cursor.fetchall())
+    return [
+        WebhookEvent(
+            pk=stored[p.event_id],
+            event_id=p.event_id,
+            type=p.event_type,
+            tenant=p.tenant,
+            payload=p.payload,
+            created_at=now,
+        )
+        for p in publications
+        if p.event_id in stored
+    ]
 
 
 class EndpointError(ApiError):
