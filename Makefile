@@ -59,11 +59,11 @@ bench: install
 bench-verify: install
 	$(WITH_SERVICES) $(PY) bench/verify.py $(ARGS)
 
-# Invoice run over 10M records / 1,000 contracts against a bare GROUP BY (ARGS="--records 2000000" to shrink).
 ## The usage-dashboard API under 20 concurrent clients over 10M records (ARGS="--records 2000000" to shrink).
 bench-api: install
 	$(WITH_SERVICES) $(PY) bench/api_load.py $(ARGS)
 
+## Invoice run over 10M records / 1,000 contracts against a bare GROUP BY (ARGS="--records 2000000" to shrink).
 bench-invoices: install
 	$(WITH_SERVICES) $(PY) bench/invoice_run.py $(ARGS)
 

@@ -8,6 +8,7 @@ before Django's settings load.
 
 from __future__ import annotations
 
+import importlib.util
 import os
 import tempfile
 from collections.abc import Iterator
@@ -31,10 +32,11 @@ if _worker:
 # No PostgreSQL session outlives its request in tests (production keeps them DB_CONN_MAX_AGE seconds): the
 # live server's request threads stay up on keep-alive connections, and sessions they held would still be
 # open, mid-request even, while a later test flushes the database or the run drops it.
-from django.conf import settings as _django_settings  # noqa: E402 - after the environment above
+if importlib.util.find_spec("django") is not None:  # the vLLM tier (make test-vllm) runs without Django
+    from django.conf import settings as _django_settings
 
-_django_settings.DATABASES["default"]["CONN_MAX_AGE"] = 0
-os.environ["DB_CONN_MAX_AGE"] = "0"
+    _django_settings.DATABASES["default"]["CONN_MAX_AGE"] = 0
+    os.environ["DB_CONN_MAX_AGE"] = "0"
 
 _migrated = False
 
