@@ -420,56 +420,7 @@ def dispute_json(dispute: Dispute) -> dict[str, Any]:
 def invoice_completeness(invoice: Invoice) -> dict[str, Any]:
     """What an invoice covers, for its period and contract: the logged records (and how many of them a
     dispute excluded from billing), and per serving agent its seq span and the open gaps inside it."""
-    start_ns, end_ns = period_ns(invoice)
-    leaves = LogLeaf.objects.filter(
-        tenant=invoice.tenant.code,
-        contract=invoice.contract.code,
-        start_ns__gte=start_ns,
-        start_ns__lt=end_ns,
-    )
-    per_agent = (
-        leaves.values("agent__agent_id", "agent_id")
-        .annotate(records=Count("index"), first_seq=Min("seq"), last_seq=Max("seq"))
-        .order_by("agent__agent_id")
-    )
-    agents = []
-    for row in per_agent:
-        gaps = [
-            [max(g.first_missing, row["first_seq"]), min(g.last_missing, row["last_seq"])]
-            for g in SequenceGap.objects.filter(
-                agent_id=row["agent_id"],
-                closed_at=None,
-                first_missing__lte=row["last_seq"],
-                last_missing__gte=row["first_seq"],
-            ).order_by("first_missing")
-        ]
-        agents.append(
-            {
-                "agent_id": row["agent__agent_id"],
-                "records": row["records"],
-                "first_seq": row["first_seq"],
-                "last_seq": row["last_seq"],
-                "gaps": gaps,
-                "missing": sum(b - a + 1 for a, b in gaps),
-            }
-        )
-    excluded = BillingExclusion.objects.filter(
-        tenant=invoice.tenant.code,
-        contract=invoice.contract.code,
-        start_ns__gte=start_ns,
-        start_ns__lt=end_ns,
-    ).count()
-    return {
-        "invoice": invoice.pk,
-        "contract": invoice.contract.code,
-        "period_start": invoice.period_start.isoformat(),
-        "period_end": invoice.period_end.isoformat(),
-        "invoice_record_count": invoice.record_count,
-        "logged_records": leaves.count(),
-        "excluded_records": excluded,
-        "agents": agents,
-        "complete": not any(a["gaps"] for a in agents),
-    }
+    return invoices_completeness([invoice])[0]
 
 
 def invoices_completeness(invoices: Sequence[Invoice]) -> list[dict[str, Any]]:

@@ -6,7 +6,6 @@ changes nothing, and concurrent runs give one invoice each with gapless numbers.
 
 from __future__ import annotations
 
-import threading
 from datetime import UTC, datetime
 from decimal import Decimal
 from typing import Any
@@ -24,6 +23,7 @@ from billing.services import add_coupon, generate_invoice, grant_credits
 from billing.tasks import run_invoices
 from contracts.models import Contract, ContractMetric, ContractPrice
 from ingest.models import SequenceGap
+from tests.billing.concurrency import at_once
 from tests.billing.usage import at, send
 from tests.factories import ContractFactory
 from webhooks.models import WebhookEvent
@@ -291,26 +291,8 @@ def test_concurrent_batch_runs_make_one_invoice_each_with_gapless_numbers() -> N
             add_coupon(c, f"C{k}", amount_off=D("1"))  # the per-contract path, under the same locks
         send(c, k + 1, at(2026, 11, 3))
         contracts.append(c)
-    barrier = threading.Barrier(3)
-    errors: list[BaseException] = []
-    results: list[dict[str, Any]] = []
+    results = at_once(lambda: run_invoices("2026-11", now=DEC_9), threads=3)
 
-    def run() -> None:
-        barrier.wait()
-        try:
-            results.append(run_invoices("2026-11", now=DEC_9))
-        except BaseException as error:  # pragma: no cover - reported below
-            errors.append(error)
-        finally:
-            connection.close()
-
-    threads = [threading.Thread(target=run) for _ in range(3)]
-    for thread in threads:
-        thread.start()
-    for thread in threads:
-        thread.join()
-
-    assert errors == []
     assert results == [{"contracts": 11, "finalized": 11, "failed": {}}] * 3
     invoices = Invoice.objects.filter(contract__in=contracts)
     assert invoices.count() == 11

@@ -2,13 +2,11 @@
 
 from __future__ import annotations
 
-import threading
 from datetime import UTC, datetime
 from decimal import Decimal
 from typing import Any
 
 import pytest
-from django.db import connection
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -19,6 +17,7 @@ from billing.selectors import credit_balance
 from billing.services import finalize_invoice, generate_invoice, grant_credits, mark_paid, void_invoice
 from billing.tasks import run_invoices, run_invoices_task
 from contracts.models import Contract, ContractMetric, ContractPrice
+from tests.billing.concurrency import at_once
 from tests.billing.usage import at, send
 from tests.factories import ContractFactory
 
@@ -101,25 +100,7 @@ def test_concurrent_invoice_runs_make_one_invoice_each_with_gapless_numbers() ->
     contracts = [priced() for _ in range(6)]
     for c in contracts[:3]:
         send(c, 2, at(2026, 11, 3))
-    barrier = threading.Barrier(3)
-    errors: list[BaseException] = []
-
-    def run() -> None:
-        barrier.wait()
-        try:
-            run_invoices("2026-11")
-        except BaseException as error:  # pragma: no cover - reported below
-            errors.append(error)
-        finally:
-            connection.close()
-
-    threads = [threading.Thread(target=run) for _ in range(3)]
-    for thread in threads:
-        thread.start()
-    for thread in threads:
-        thread.join()
-
-    assert errors == []
+    at_once(lambda: run_invoices("2026-11"), threads=3)
     invoices = Invoice.objects.filter(contract__in=contracts)
     assert invoices.count() == 6
     assert sorted(str(n) for n in invoices.values_list("number", flat=True)) == [
@@ -248,20 +229,8 @@ def test_concurrent_finalisations_never_spend_the_wallet_twice() -> None:
         generate_invoice(c.pk, *NOV, now=DEC_2),
     ]
     assert [d.status for d in drafts] == ["grace", "grace"]
-    barrier = threading.Barrier(2)
-
-    def finalise(invoice: Invoice) -> None:
-        barrier.wait()
-        try:
-            finalize_invoice(invoice)
-        finally:
-            connection.close()
-
-    threads = [threading.Thread(target=finalise, args=(d,)) for d in drafts]
-    for thread in threads:
-        thread.start()
-    for thread in threads:
-        thread.join()
+    each = iter(drafts)
+    at_once(lambda: finalize_invoice(next(each)), threads=2)  # one draft per thread
 
     applied = sorted(Invoice.objects.filter(contract=c).values_list("credits_applied", flat=True))
     assert applied == [D("5.00"), D("25.00")]
