@@ -163,51 +163,37 @@ class FakeStripe:
 
     def pay_intent(self, intent_id: str, event_id: str) -> dict[str, Any]:
         """The customer pays the PaymentIntent in full: Stripe would send this event."""
-        with self._lock:
-            intent = self.objects[intent_id]
-            intent = {**intent, "status": "succeeded", "amount_received": intent["amount"]}
-            self.objects[intent_id] = intent
-        return {
-            "id": event_id,
-            "object": "event",
-            "type": "payment_intent.succeeded",
-            "data": {"object": intent},
-        }
+        amount = self.objects[intent_id]["amount"]
+        return self._event(
+            event_id, "payment_intent.succeeded", intent_id, status="succeeded", amount_received=amount
+        )
 
     def fail_intent(
         self, intent_id: str, event_id: str, message: str = "Your card was declined."
     ) -> dict[str, Any]:
         """The customer's payment is declined: Stripe would send this event."""
-        with self._lock:
-            intent = {**self.objects[intent_id], "last_payment_error": {"message": message}}
-            self.objects[intent_id] = intent
-        return {
-            "id": event_id,
-            "object": "event",
-            "type": "payment_intent.payment_failed",
-            "data": {"object": intent},
-        }
+        return self._event(
+            event_id, "payment_intent.payment_failed", intent_id, last_payment_error={"message": message}
+        )
 
     def fail_refund(
         self, refund_id: str, event_id: str, reason: str = "expired_or_canceled_card"
     ) -> dict[str, Any]:
         """The bank returns the refund: it fails, and Stripe would send this event."""
-        with self._lock:
-            refund = {**self.objects[refund_id], "status": "failed", "failure_reason": reason}
-            self.objects[refund_id] = refund
-        return {"id": event_id, "object": "event", "type": "refund.updated", "data": {"object": refund}}
+        return self._event(event_id, "refund.updated", refund_id, status="failed", failure_reason=reason)
 
     def pay_checkout(self, session_id: str, event_id: str) -> dict[str, Any]:
         """The customer pays on the hosted page: the session completes, and Stripe would send this event."""
+        return self._event(
+            event_id, "checkout.session.completed", session_id, status="complete", payment_status="paid"
+        )
+
+    def _event(self, event_id: str, event_type: str, object_id: str, **changes: Any) -> dict[str, Any]:
+        """Apply `changes` to the stored object and return the event Stripe would send about it."""
         with self._lock:
-            session = {**self.objects[session_id], "status": "complete", "payment_status": "paid"}
-            self.objects[session_id] = session
-        return {
-            "id": event_id,
-            "object": "event",
-            "type": "checkout.session.completed",
-            "data": {"object": session},
-        }
+            changed = {**self.objects[object_id], **changes}
+            self.objects[object_id] = changed
+        return {"id": event_id, "object": "event", "type": event_type, "data": {"object": changed}}
 
 
 def _error(status: int, kind: str, message: str, code: str | None = None) -> tuple[int, bytes]:
