@@ -12,8 +12,8 @@ statements come from one set-based ledger read per chunk.
 
 Contracts with rare features go through `generate_invoice` itself, inside the chunk's transaction:
 outcome charges, coupons, SLA service credits pending (or on the open draft), usage the run could not
-measure (or not per price segment). Late-usage adjustments take the batch path with the same
-`late_usage_adjustments` generate_invoice uses.
+measure (or not per price segment). Late usage of earlier periods is re-measured for the chunk at
+once (`LateUsageCheck`, which generate_invoice uses for one contract).
 """
 
 from __future__ import annotations
@@ -34,7 +34,7 @@ from contracts.models import NEVER_BILLED, Contract
 from sla.models import ServiceCredit
 
 from .errors import BillingError
-from .lateness import late_usage_adjustments
+from .lateness import LateUsageCheck, late_usage_adjustments
 from .models import OPEN_STATUSES, CreditEntry, Invoice, InvoiceLine, InvoiceSequence
 from .rating import PeriodUsage, RatedInvoice, RatedLine, rate_period
 from .selectors import latest_checkpoint
@@ -158,13 +158,23 @@ def _invoice_chunk(
             period_end__lte=start,
         ).values_list("contract_id", flat=True)
     )
+    try:
+        late: LateUsageCheck | None = LateUsageCheck.prepare(
+            [c for c, _ in batch if c.pk in billed_before], start
+        )
+    except BillingError:  # an earlier invoice's frozen metric no longer compiles: each contract alone
+        late = None
     rated = []
     for contract, terms in batch:
         try:
             adjustments = []
             if contract.pk in billed_before:  # late records of those periods: adjustment lines
                 with transaction.atomic():  # its LateUsage rows go if the contract fails
-                    adjustments = late_usage_adjustments(contract, start, now)
+                    adjustments = (
+                        late.adjustments(contract, now)
+                        if late
+                        else late_usage_adjustments(contract, start, now)
+                    )
             invoice = existing.get(contract.pk)
             rated.append(_rate(contract, invoice, terms, usage[contract.code], adjustments, start, end))
         except BillingError as error:

@@ -1,10 +1,12 @@
 """Late records: usage that reached the store after its period's invoice was finalised.
 
-When a later period is invoiced, each recently finalised invoice of the contract is re-measured (one
-aggregate query per earlier period, at most LOOKBACK of them) and compared with what it billed plus
-the adjustments already made. The difference is priced with the terms the old invoice froze and
-becomes an adjustment line, unless the contract ignores late usage older than `late_usage_days`;
-either way a LateUsage row reports it.
+When a later period is invoiced, each recently finalised invoice of the contract (at most LOOKBACK of
+them) is re-measured and compared with what it billed plus the adjustments already made. An invoice
+run does it for a whole chunk of contracts at once (`LateUsageCheck.prepare`): one read of the earlier
+invoices, one of their adjustment lines, and one aggregate query per earlier period (all the chunk's
+contracts in it), instead of one per contract and period. The difference is priced with the terms the
+old invoice froze and becomes an adjustment line, unless the contract ignores late usage older than
+`late_usage_days`; either way a LateUsage row reports it.
 
 A dimension whose price changed within the old period gets one adjustment line all the same: its
 versions are rated on the usage per price segment before and after the late records
@@ -15,7 +17,8 @@ difference. The line's `details.segments` keeps the late quantity per segment fo
 from __future__ import annotations
 
 from collections import defaultdict
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
 from datetime import datetime, timedelta
 from decimal import Decimal
 
@@ -23,7 +26,7 @@ from contracts.models import Contract
 
 from .models import Invoice, InvoiceLine, LateUsage
 from .rating import PeriodUsage, RatedLine, SegmentUsage, rate_versions
-from .selectors import period_usage
+from .selectors import ContractMeter, usage_by_contract
 from .terms import Terms
 
 LOOKBACK = 12
@@ -31,15 +34,72 @@ ZERO = Decimal(0)
 
 
 def late_usage_adjustments(contract: Contract, period_start: datetime, now: datetime) -> list[RatedLine]:
-    earlier = Invoice.objects.filter(
-        contract=contract,
-        status__in=[Invoice.Status.FINALIZED, Invoice.Status.PAID],
-        period_end__lte=period_start,
-    ).order_by("-period_start")[:LOOKBACK]
-    lines: list[RatedLine] = []
-    for invoice in earlier:
-        lines += _adjust(contract, invoice, period_start, now)
-    return lines
+    """The adjustment lines for the contract's late usage, invoiced in the period starting then."""
+    return LateUsageCheck.prepare([contract], period_start).adjustments(contract, now)
+
+
+@dataclass
+class LateUsageCheck:
+    """The earlier invoices of some contracts, re-measured, with the adjustments already billed for them."""
+
+    period_start: datetime
+    earlier: dict[int, list[Invoice]]  # contract id → its newest finalised invoices before the period
+    measured: dict[int, PeriodUsage]  # invoice id → its period's usage now
+    adjusted: dict[tuple[int, str], list[InvoiceLine]]  # (contract id, period start) → adjustment lines
+
+    @classmethod
+    def prepare(cls, contracts: Sequence[Contract], period_start: datetime) -> LateUsageCheck:
+        ids = [c.pk for c in contracts]
+        earlier: dict[int, list[Invoice]] = defaultdict(list)
+        for invoice in Invoice.objects.filter(
+            contract_id__in=ids,
+            status__in=[Invoice.Status.FINALIZED, Invoice.Status.PAID],
+            period_end__lte=period_start,
+        ).order_by("contract_id", "-period_start"):
+            if len(earlier[invoice.contract_id]) < LOOKBACK:
+                earlier[invoice.contract_id].append(invoice)
+        adjusted: dict[tuple[int, str], list[InvoiceLine]] = defaultdict(list)
+        if earlier:
+            for line in (
+                InvoiceLine.objects.filter(
+                    invoice__contract_id__in=list(earlier), kind=InvoiceLine.Kind.ADJUSTMENT
+                )
+                .exclude(invoice__period_start=period_start)
+                .select_related("invoice")
+            ):
+                adjusted[(line.invoice.contract_id, line.details.get("period_start", ""))].append(line)
+        owners = {c.pk: c for c in contracts}
+        invoices = [i for found in earlier.values() for i in found]
+        return cls(period_start, dict(earlier), _remeasure(invoices, owners), dict(adjusted))
+
+    def adjustments(self, contract: Contract, now: datetime) -> list[RatedLine]:
+        """The contract's adjustment lines; each late quantity is also reported as a LateUsage row."""
+        lines: list[RatedLine] = []
+        for invoice in self.earlier.get(contract.pk, []):
+            earlier_lines = self.adjusted.get((contract.pk, invoice.period_start.isoformat()), [])
+            lines += _adjust(contract, invoice, self.measured[invoice.pk], earlier_lines, now)
+        return lines
+
+
+def _remeasure(invoices: list[Invoice], owners: dict[int, Contract]) -> dict[int, PeriodUsage]:
+    """Each invoice's period usage now, with the metrics and price bounds its terms froze and only the
+    exclusions made by its finalisation (later ones were credited by notes: never twice). One query per
+    (period, finalisation instant): an invoice run finalises a period's invoices at one instant."""
+    groups: dict[tuple[datetime, datetime, datetime | None], list[Invoice]] = defaultdict(list)
+    for invoice in invoices:
+        groups[(invoice.period_start, invoice.period_end, invoice.finalized_at)].append(invoice)
+    measured: dict[int, PeriodUsage] = {}
+    for (start, end, as_of), group in groups.items():
+        meters = {}
+        for invoice in group:
+            terms = Terms.from_json(invoice.terms)
+            contract = owners[invoice.contract_id]
+            meters[invoice.pk] = ContractMeter(
+                contract.tenant.code, contract.code, terms.metrics, terms.change_instants(start, end)
+            )
+        usage = usage_by_contract(list(meters.values()), start, end, as_of=as_of)
+        measured.update({pk: usage[meter.contract] for pk, meter in meters.items()})
+    return measured
 
 
 def _billed(invoice: Invoice, measured: PeriodUsage, adjustments: Iterable[InvoiceLine]) -> PeriodUsage:
@@ -71,23 +131,15 @@ def _billed(invoice: Invoice, measured: PeriodUsage, adjustments: Iterable[Invoi
     )
 
 
-def _adjust(contract: Contract, invoice: Invoice, period_start: datetime, now: datetime) -> list[RatedLine]:
+def _adjust(
+    contract: Contract,
+    invoice: Invoice,
+    measured: PeriodUsage,
+    earlier_adjustments: list[InvoiceLine],
+    now: datetime,
+) -> list[RatedLine]:
     terms = Terms.from_json(invoice.terms)
     start, end = invoice.period_start, invoice.period_end
-    measured = period_usage(
-        contract.tenant.code,
-        contract.code,
-        start,
-        end,
-        terms.metrics,
-        as_of=invoice.finalized_at,  # later exclusions were credited by notes: never twice
-        bounds=terms.change_instants(start, end),
-    )
-    earlier_adjustments = InvoiceLine.objects.filter(
-        invoice__contract=contract,
-        kind=InvoiceLine.Kind.ADJUSTMENT,
-        details__period_start=start.isoformat(),
-    ).exclude(invoice__period_start=period_start)
     billed = _billed(invoice, measured, earlier_adjustments)
     too_old = (
         contract.late_usage_policy == Contract.LateUsage.IGNORE_AFTER

@@ -6,7 +6,7 @@ changes nothing, and concurrent runs give one invoice each with gapless numbers.
 
 from __future__ import annotations
 
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from decimal import Decimal
 from typing import Any
 
@@ -21,6 +21,7 @@ from billing.models import CreditEntry, Invoice, LateUsage
 from billing.periods import month_bounds
 from billing.services import add_coupon, generate_invoice, grant_credits
 from billing.tasks import run_invoices
+from clickhouse_store import query
 from contracts.models import Contract, ContractMetric, ContractPrice
 from ingest.models import SequenceGap
 from tests.billing.concurrency import at_once
@@ -306,7 +307,7 @@ def test_concurrent_batch_runs_make_one_invoice_each_with_gapless_numbers() -> N
 
 @pytest.mark.django_db
 def test_the_batch_path_takes_the_same_statements_for_more_contracts(monkeypatch: pytest.MonkeyPatch) -> None:
-    """Apart from the webhook event per invoice, a chunk's statements do not grow with its contracts."""
+    """A chunk's statements do not grow with its contracts (webhook events included: one insert)."""
     monkeypatch.setattr(invoice_run, "CHUNK", 250)
 
     def statements(month: str, count: int) -> int:
@@ -319,9 +320,51 @@ def test_the_batch_path_takes_the_same_statements_for_more_contracts(monkeypatch
         with CaptureQueriesContext(connection) as captured:
             result = run_invoices(month, now=DEC_9)
         assert result["finalized"] == count
-        return sum(
-            "webhooks_" not in q["sql"] and "SAVEPOINT" not in q["sql"] for q in captured.captured_queries
-        )
+        return sum("SAVEPOINT" not in q["sql"] for q in captured.captured_queries)
 
     statements("2026-09", 1)  # makes the sequence row
-    assert statements("2026-10", 3) == statements("2026-11", 9) <= 25
+    assert statements("2026-10", 3) == statements("2026-11", 9) <= 30
+
+
+@pytest.mark.django_db
+def test_late_usage_is_measured_once_per_earlier_period_not_per_contract(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Late records of the month before reach every contract's next invoice, from ClickHouse queries
+    whose number does not grow with the contracts."""
+    monkeypatch.setattr(invoice_run, "CHUNK", 250)
+    asked: list[str] = []
+    select = query.select
+
+    def counted(sql: str, params: Any = None) -> Any:
+        asked.append(sql)
+        return select(sql, params)
+
+    monkeypatch.setattr(query, "select", counted)
+
+    def clickhouse_queries(first: str, second: str, count: int) -> int:
+        (start, _), (_, end) = month_bounds(first), month_bounds(second)
+        contracts = []
+        for _ in range(count):
+            c = ContractFactory.create(base_fee=D("3"), starts_at=start, ends_at=end)
+            price(c, "requests", unit_price=D("0.5"))
+            send(c, 2, start_ns(start, day=5))
+            contracts.append(c)
+        assert run_invoices(first, now=start + timedelta(days=40))["finalized"] == count
+        for c in contracts:
+            send(c, 1, start_ns(start, day=20))  # late: its invoice is final
+            send(c, 4, start_ns(month_bounds(second)[0], day=3))
+        asked.clear()
+        assert run_invoices(second, now=end + timedelta(days=8))["finalized"] == count
+        for c in contracts:
+            invoice = Invoice.objects.get(contract=c, period_start=month_bounds(second)[0])
+            assert [
+                (line.kind, line.quantity, line.amount) for line in invoice.lines.filter(kind="adjustment")
+            ] == [("adjustment", D("1"), D("0.50"))]
+        return len(asked)
+
+    assert clickhouse_queries("2026-07", "2026-08", 2) == clickhouse_queries("2026-09", "2026-10", 6) <= 4
+
+
+def start_ns(month_start: datetime, *, day: int) -> int:
+    return at(month_start.year, month_start.month, day)
