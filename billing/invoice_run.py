@@ -34,9 +34,9 @@ from contracts.models import NEVER_BILLED, Contract
 from sla.models import ServiceCredit
 
 from .errors import BillingError
-from .lateness import LateUsageCheck, late_usage_adjustments
+from .lateness import LateUsageCheck, LateUsageFound, late_usage_adjustments, record_late_usage
 from .models import OPEN_STATUSES, CreditEntry, Invoice, InvoiceLine, InvoiceSequence
-from .rating import PeriodUsage, RatedInvoice, RatedLine, rate_period
+from .rating import PeriodUsage, RatedInvoice, rate_period
 from .selectors import latest_checkpoint
 from .services import (
     announce_finalised,
@@ -46,7 +46,6 @@ from .services import (
     draft_fields,
     generate_invoice,
     invoice_lines,
-    mark_late_usage_billed,
     set_final,
     statement_of,
     take_numbers,
@@ -80,6 +79,7 @@ class _Rated:
     lines: list[InvoiceLine]
     rated: RatedInvoice
     is_new: bool
+    late: LateUsageFound
 
 
 def invoice_contracts(
@@ -167,16 +167,13 @@ def _invoice_chunk(
     rated = []
     for contract, terms in batch:
         try:
-            adjustments = []
+            found = LateUsageFound([], [])
             if contract.pk in billed_before:  # late records of those periods: adjustment lines
-                with transaction.atomic():  # its LateUsage rows go if the contract fails
-                    adjustments = (
-                        late.adjustments(contract, now)
-                        if late
-                        else late_usage_adjustments(contract, start, now)
-                    )
+                found = (
+                    late.adjustments(contract, now) if late else late_usage_adjustments(contract, start, now)
+                )
             invoice = existing.get(contract.pk)
-            rated.append(_rate(contract, invoice, terms, usage[contract.code], adjustments, start, end))
+            rated.append(_rate(contract, invoice, terms, usage[contract.code], found, start, end))
         except BillingError as error:
             failed[contract.code] = f"{error.code}: {error.message}"
     return finalized + _write(rated, now), failed
@@ -237,12 +234,12 @@ def _rate(
     invoice: Invoice | None,
     terms: Terms,
     usage: PeriodUsage,
-    adjustments: list[RatedLine],
+    late: LateUsageFound,
     start: datetime,
     end: datetime,
 ) -> _Rated:
     """The contract's draft (not saved): rated as generate_invoice rates it, amounts as stored."""
-    rated = rate_period(terms, usage, start, end, adjustments=adjustments)
+    rated = rate_period(terms, usage, start, end, adjustments=late.lines)
     is_new = invoice is None
     if invoice is None:
         invoice = Invoice(
@@ -256,7 +253,7 @@ def _rate(
         setattr(invoice, name, value)
     for name in ("subtotal", "tax", "total", "amount_due"):
         setattr(invoice, name, getattr(invoice, name).quantize(CENT))
-    return _Rated(contract, invoice, invoice_lines(invoice, rated), rated, is_new)
+    return _Rated(contract, invoice, invoice_lines(invoice, rated), rated, is_new, late)
 
 
 def _write(rated: list[_Rated], now: datetime) -> int:
@@ -302,9 +299,7 @@ def _write(rated: list[_Rated], now: datetime) -> int:
     CreditEntry.objects.bulk_create(
         consumption(r.invoice, applied[r.contract.pk]) for r in final if applied[r.contract.pk]
     )
-    for r in rated:
-        if any(line.kind == InvoiceLine.Kind.ADJUSTMENT for line in r.rated.lines):
-            mark_late_usage_billed(r.contract, r.invoice, r.rated.lines)
+    record_late_usage((r.late, r.invoice) for r in rated)
     announce_finalised([r.invoice for r in final])
     return len(final)
 

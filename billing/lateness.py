@@ -33,9 +33,39 @@ LOOKBACK = 12
 ZERO = Decimal(0)
 
 
-def late_usage_adjustments(contract: Contract, period_start: datetime, now: datetime) -> list[RatedLine]:
-    """The adjustment lines for the contract's late usage, invoiced in the period starting then."""
+@dataclass
+class LateUsageFound:
+    """A contract's late usage: the adjustment lines to bill, and the LateUsage rows (not saved yet) that
+    report each earlier invoice's late quantity per dimension, adjusted or ignored."""
+
+    lines: list[RatedLine]
+    reports: list[LateUsage]
+
+
+def late_usage_adjustments(contract: Contract, period_start: datetime, now: datetime) -> LateUsageFound:
+    """The contract's late usage, to be invoiced in the period starting then."""
     return LateUsageCheck.prepare([contract], period_start).adjustments(contract, now)
+
+
+def record_late_usage(found: Iterable[tuple[LateUsageFound, Invoice]]) -> None:
+    """Save the reports (one row per earlier invoice and dimension: a later detection replaces it),
+    each adjusted one pointing at the invoice that bills it, in two statements."""
+    adjusted, ignored = [], []
+    for late, billing in found:
+        for report in late.reports:
+            if report.decision == LateUsage.Decision.ADJUSTED:
+                report.billed_on = billing
+                adjusted.append(report)
+            else:
+                ignored.append(report)
+    for rows, fields in (
+        (adjusted, ["quantity", "amount", "decision", "detected_at", "billed_on"]),
+        (ignored, ["quantity", "amount", "decision", "detected_at"]),
+    ):
+        if rows:
+            LateUsage.objects.bulk_create(
+                rows, update_conflicts=True, unique_fields=["invoice", "dimension"], update_fields=fields
+            )
 
 
 @dataclass
@@ -72,13 +102,15 @@ class LateUsageCheck:
         invoices = [i for found in earlier.values() for i in found]
         return cls(period_start, dict(earlier), _remeasure(invoices, owners), dict(adjusted))
 
-    def adjustments(self, contract: Contract, now: datetime) -> list[RatedLine]:
-        """The contract's adjustment lines; each late quantity is also reported as a LateUsage row."""
-        lines: list[RatedLine] = []
+    def adjustments(self, contract: Contract, now: datetime) -> LateUsageFound:
+        """The contract's late usage (nothing is saved: `record_late_usage` does, with the invoice)."""
+        found = LateUsageFound([], [])
         for invoice in self.earlier.get(contract.pk, []):
             earlier_lines = self.adjusted.get((contract.pk, invoice.period_start.isoformat()), [])
-            lines += _adjust(contract, invoice, self.measured[invoice.pk], earlier_lines, now)
-        return lines
+            more = _adjust(contract, invoice, self.measured[invoice.pk], earlier_lines, now)
+            found.lines += more.lines
+            found.reports += more.reports
+        return found
 
 
 def _remeasure(invoices: list[Invoice], owners: dict[int, Contract]) -> dict[int, PeriodUsage]:
@@ -137,7 +169,7 @@ def _adjust(
     measured: PeriodUsage,
     earlier_adjustments: list[InvoiceLine],
     now: datetime,
-) -> list[RatedLine]:
+) -> LateUsageFound:
     terms = Terms.from_json(invoice.terms)
     start, end = invoice.period_start, invoice.period_end
     billed = _billed(invoice, measured, earlier_adjustments)
@@ -146,7 +178,7 @@ def _adjust(
         and invoice.finalized_at is not None
         and now - invoice.finalized_at > timedelta(days=contract.late_usage_days)
     )
-    lines = []
+    found = LateUsageFound([], [])
     for dimension, versions in terms.versions().items():
         late = measured.quantities.get(dimension, ZERO) - billed.quantities.get(dimension, ZERO)
         if late <= 0:
@@ -155,10 +187,15 @@ def _adjust(
         before = rate_versions(versions, billed, start, end, terms.currency)
         amount = sum((line.amount for line in after), ZERO) - sum((line.amount for line in before), ZERO)
         decision = LateUsage.Decision.IGNORED if too_old else LateUsage.Decision.ADJUSTED
-        LateUsage.objects.update_or_create(
-            invoice=invoice,
-            dimension=dimension,
-            defaults={"quantity": late, "amount": amount, "decision": decision, "detected_at": now},
+        found.reports.append(
+            LateUsage(
+                invoice=invoice,
+                dimension=dimension,
+                quantity=late,
+                amount=amount,
+                decision=decision,
+                detected_at=now,
+            )
         )
         if too_old:
             continue
@@ -168,7 +205,7 @@ def _adjust(
                 str(part.quantities.get(dimension, ZERO) - was.quantities.get(dimension, ZERO))
                 for part, was in zip(measured.segments, billed.segments, strict=True)
             ]
-        lines.append(
+        found.lines.append(
             RatedLine(
                 dimension=dimension,
                 description=f"Late usage {start:%Y-%m} ({invoice.number}): {versions[-1].label}",
@@ -179,4 +216,4 @@ def _adjust(
                 details=details,
             )
         )
-    return lines
+    return found

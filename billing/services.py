@@ -26,7 +26,7 @@ from webhooks.events import publish_invoice_event, publish_invoice_events
 
 from . import outcomes
 from .errors import BillingError, TermsError
-from .lateness import late_usage_adjustments
+from .lateness import late_usage_adjustments, record_late_usage
 from .models import (
     OPEN_STATUSES,
     Coupon,
@@ -34,7 +34,6 @@ from .models import (
     Invoice,
     InvoiceLine,
     InvoiceSequence,
-    LateUsage,
     Note,
 )
 from .rating import PeriodUsage, RatedInvoice, RatedLine, rate_period
@@ -89,7 +88,8 @@ def generate_invoice(
             if any(c.dimension == Dimension.OUTCOMES for c in terms.charges):
                 usage, outcome_refs = _with_outcomes(contract, usage, period_start, period_end, now)
             used = _coupon_uses(contract, exclude=invoice) if terms.coupons else Counter[str]()
-            adjustments = late_usage_adjustments(contract, period_start, now)
+            late = late_usage_adjustments(contract, period_start, now)
+            adjustments = late.lines
             rated = rate_period(
                 terms, usage, period_start, period_end, coupons_used=used, adjustments=adjustments
             )
@@ -111,7 +111,7 @@ def generate_invoice(
                     line.details["outcomes"] = outcome_refs
                     line.details["condition"] = terms.outcome_rule
             invoice = _write_draft(contract, invoice, terms, usage, rated, period_start, period_end)
-            mark_late_usage_billed(contract, invoice, rated.lines)
+            record_late_usage([(late, invoice)])
             record_service_credits(invoice, sla_credits, now)
             if now >= invoice.grace_until:  # type: ignore[operator]
                 invoice = finalize_invoice(invoice, now=now)
@@ -215,18 +215,6 @@ def invoice_lines(invoice: Invoice, rated: RatedInvoice) -> list[InvoiceLine]:
         )
         for line in rated.lines
     ]
-
-
-def mark_late_usage_billed(contract: Contract, invoice: Invoice, lines: list[RatedLine]) -> None:
-    """The adjusted LateUsage rows this invoice's adjustment lines bill now point at it."""
-    for line in lines:
-        if line.kind == InvoiceLine.Kind.ADJUSTMENT:
-            LateUsage.objects.filter(
-                invoice__contract=contract,
-                invoice__number=line.details["invoice"],
-                dimension=line.dimension,
-                decision=LateUsage.Decision.ADJUSTED,
-            ).update(billed_on=invoice)
 
 
 def _describe(line: RatedLine) -> str:

@@ -331,7 +331,7 @@ def test_late_usage_is_measured_once_per_earlier_period_not_per_contract(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     """Late records of the month before reach every contract's next invoice, from ClickHouse queries
-    whose number does not grow with the contracts."""
+    and PostgreSQL statements whose numbers do not grow with the contracts."""
     monkeypatch.setattr(invoice_run, "CHUNK", 250)
     asked: list[str] = []
     select = query.select
@@ -342,7 +342,7 @@ def test_late_usage_is_measured_once_per_earlier_period_not_per_contract(
 
     monkeypatch.setattr(query, "select", counted)
 
-    def clickhouse_queries(first: str, second: str, count: int) -> int:
+    def queries(first: str, second: str, count: int) -> tuple[int, int]:
         (start, _), (_, end) = month_bounds(first), month_bounds(second)
         contracts = []
         for _ in range(count):
@@ -355,15 +355,22 @@ def test_late_usage_is_measured_once_per_earlier_period_not_per_contract(
             send(c, 1, start_ns(start, day=20))  # late: its invoice is final
             send(c, 4, start_ns(month_bounds(second)[0], day=3))
         asked.clear()
-        assert run_invoices(second, now=end + timedelta(days=8))["finalized"] == count
+        with CaptureQueriesContext(connection) as captured:
+            assert run_invoices(second, now=end + timedelta(days=8))["finalized"] == count
         for c in contracts:
             invoice = Invoice.objects.get(contract=c, period_start=month_bounds(second)[0])
             assert [
                 (line.kind, line.quantity, line.amount) for line in invoice.lines.filter(kind="adjustment")
             ] == [("adjustment", D("1"), D("0.50"))]
-        return len(asked)
+        billed_on = LateUsage.objects.filter(invoice__contract__in=contracts).values_list(
+            "billed_on__period_start"
+        )
+        assert list(billed_on) == [(month_bounds(second)[0],)] * count  # one priced dimension each
+        return len(asked), sum("SAVEPOINT" not in q["sql"] for q in captured.captured_queries)
 
-    assert clickhouse_queries("2026-07", "2026-08", 2) == clickhouse_queries("2026-09", "2026-10", 6) <= 4
+    few, more = queries("2026-07", "2026-08", 2), queries("2026-09", "2026-10", 6)
+    assert few == more
+    assert few[0] <= 4
 
 
 def start_ns(month_start: datetime, *, day: int) -> int:
