@@ -72,7 +72,6 @@ def record_late_usage(found: Iterable[tuple[LateUsageFound, Invoice]]) -> None:
 class LateUsageCheck:
     """The earlier invoices of some contracts, re-measured, with the adjustments already billed for them."""
 
-    period_start: datetime
     earlier: dict[int, list[Invoice]]  # contract id → its newest finalised invoices before the period
     measured: dict[int, PeriodUsage]  # invoice id → its period's usage now
     adjusted: dict[tuple[int, str], list[InvoiceLine]]  # (contract id, period start) → adjustment lines
@@ -100,7 +99,7 @@ class LateUsageCheck:
                 adjusted[(line.invoice.contract_id, line.details.get("period_start", ""))].append(line)
         owners = {c.pk: c for c in contracts}
         invoices = [i for found in earlier.values() for i in found]
-        return cls(period_start, dict(earlier), _remeasure(invoices, owners), dict(adjusted))
+        return cls(dict(earlier), _remeasure(invoices, owners), dict(adjusted))
 
     def adjustments(self, contract: Contract, now: datetime) -> LateUsageFound:
         """The contract's late usage (nothing is saved: `record_late_usage` does, with the invoice)."""

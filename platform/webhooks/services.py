@@ -29,11 +29,9 @@ class Publication(NamedTuple):
     event_id: str
 
 
-def matching_endpoints(event_type: str, tenant: Tenant | None) -> list[WebhookEndpoint]:
-    """Active endpoints for the event: platform-wide ones, and the event's own tenant's (never another's)."""
-    scope = Q(tenant__isnull=True) | Q(tenant=tenant) if tenant is not None else Q(tenant__isnull=True)
-    endpoints = WebhookEndpoint.objects.filter(scope, active=True)
-    return [endpoint for endpoint in endpoints if endpoint.subscribes_to(event_type)]
+def _delivers_to(endpoint: WebhookEndpoint, event: WebhookEvent) -> bool:
+    """Platform-wide endpoints and the event's own tenant's (never another's), subscribed to its type."""
+    return endpoint.tenant_id in (None, event.tenant_id) and endpoint.subscribes_to(event.type)
 
 
 def publish_event(
@@ -52,7 +50,10 @@ def publish_events(publications: Sequence[Publication]) -> list[WebhookEvent]:
     one insert that skips the event ids stored already (also by a concurrent publisher), one read of
     the active endpoints of their tenants, one insert of the deliveries. Returns the events stored now,
     in the order given; an event id stored before (or twice in `publications`) sends nothing new."""
-    unique = list({p.event_id: p for p in reversed(publications)}.values())[::-1]  # first of each id
+    first_of_each: dict[str, Publication] = {}
+    for publication in publications:
+        first_of_each.setdefault(publication.event_id, publication)
+    unique = list(first_of_each.values())
     if not unique:
         return []
     with transaction.atomic():
@@ -65,7 +66,7 @@ def publish_events(publications: Sequence[Publication]) -> list[WebhookEvent]:
             WebhookDelivery(event=event, endpoint=endpoint)
             for event in created
             for endpoint in endpoints
-            if endpoint.tenant_id in (None, event.tenant_id) and endpoint.subscribes_to(event.type)
+            if _delivers_to(endpoint, event)
         )
         for delivery in deliveries:
             transaction.on_commit(partial(deliver_task.delay, delivery.pk))
