@@ -27,7 +27,7 @@ FIELDS: dict[str, str] = {
     "cached_tokens": "toFloat64(prefix_cache_hit_tokens)",
     "distinct_experts": "toFloat64(distinct_experts)",
     "expert_tokens": "toFloat64(expert_tokens)",
-    "hops": "toFloat64(length(hops))",
+    "hops": "toFloat64(hops.size0)",
     "l2_hits": "toFloat64(expert_cache_hits)",
     "l2_misses": "toFloat64(expert_cache_misses)",
     "cache_hit_ratio": f"if({_HITS_MISSES} = 0, 0., toFloat64(expert_cache_hits) / {_HITS_MISSES})",

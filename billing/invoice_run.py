@@ -156,7 +156,9 @@ def _invoice_chunk(
             contract_id__in=[c.pk for c, _ in batch],
             status__in=[Invoice.Status.FINALIZED, Invoice.Status.PAID],
             period_end__lte=start,
-        ).values_list("contract_id", flat=True)
+        )
+        .order_by()  # not the model's ordering: it joins the contracts to sort by code
+        .values_list("contract_id", flat=True)
     )
     try:
         late: LateUsageCheck | None = LateUsageCheck.prepare(

@@ -17,7 +17,7 @@ from datetime import datetime
 from decimal import Decimal
 from typing import Any
 
-from contracts.dimensions import Dimension
+from contracts.dimensions import DIMENSION_CODES, DIMENSION_LABELS
 from contracts.money import round_money
 
 from .charge_models import ChargeModel, Percentage, Volume
@@ -243,15 +243,14 @@ def rate_usage(
     quantities: Mapping[str, Decimal], prices: Mapping[str, Decimal], currency: str
 ) -> list[RatedLine]:
     """Per-unit prices only: one line per priced dimension, in the order dimensions are declared."""
-    labels = dict(Dimension.choices)
     return [
         rate_charge(
-            ChargeTerms(d, str(labels[d]), "per_unit", {"unit_price": str(prices[d])}),
+            ChargeTerms(d, DIMENSION_LABELS[d], "per_unit", {"unit_price": str(prices[d])}),
             quantities.get(d, ZERO),
             ZERO,
             currency,
         )
-        for d in Dimension.values
+        for d in DIMENSION_CODES
         if d in prices
     ]
 

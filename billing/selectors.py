@@ -52,15 +52,21 @@ SEGMENT = (
 
 
 def usage_sql(
-    meters: Sequence[ContractMeter], exclusions: RatingExclusions | None = None
+    meters: Sequence[ContractMeter],
+    start: datetime,
+    end: datetime,
+    exclusions: RatingExclusions | None = None,
 ) -> tuple[str, dict[str, Any], dict[str, int]]:
-    """The one GROUP BY query for these contracts, and the column of each distinct custom metric
-    expression (contracts sharing an expression share one column). Built from our own constant
-    expressions and compiled metrics only; tenants, contracts, period, numbers and the excluded record
-    ids and paused windows (`billing.exclusions`) are bound parameters."""
+    """The one GROUP BY query for these contracts over [start, end), its parameters, and the column
+    of each distinct custom metric expression (contracts sharing an expression share one column).
+    Built from our own constant expressions and compiled metrics only; tenants, contracts, period,
+    numbers and the excluded record ids and paused windows (`billing.exclusions`) are bound
+    parameters."""
+    in_period, period = query.in_period(start, end)
     params: dict[str, Any] = {
         "tenants": sorted({m.tenant for m in meters}),
         "contracts": [m.contract for m in meters],
+        **period,
     }
     # What the period does not have is a constant, not a per-row lambda over empty arrays (a fifth of
     # the query's time over a month of records).
@@ -95,8 +101,7 @@ def usage_sql(
         + ", ".join(columns)
         + f", {segment} FROM {query.RECORDS} "
         "WHERE tenant IN {tenants:Array(String)} AND contract IN {contracts:Array(String)} "
-        "AND start_time >= {start:DateTime64(9, 'UTC')} AND start_time < {end:DateTime64(9, 'UTC')} "
-        "GROUP BY tenant, contract, segment"
+        f"AND {in_period} GROUP BY tenant, contract, segment"
     )
     return sql, params, metric_column
 
@@ -112,8 +117,8 @@ def usage_by_contract(
         return {}
     owner = {m.contract: m.tenant for m in meters}
     exclusions = rating_exclusions(owner, start, end, as_of)
-    sql, params, metric_column = usage_sql(meters, exclusions)
-    rows = query.select(sql, {**params, "start": start, "end": end})
+    sql, params, metric_column = usage_sql(meters, start, end, exclusions)
+    rows = query.select(sql, params)
     found: dict[str, dict[int, tuple[Any, ...]]] = {}
     for row in rows:
         if owner.get(row[1]) == row[0]:

@@ -12,7 +12,7 @@ from celery import shared_task
 from django.db.models import Q
 from django.utils import timezone
 
-from contracts.models import Contract
+from contracts.models import Contract, ContractPrice
 
 from .errors import TermsError
 from .invoice_run import invoice_contracts
@@ -44,15 +44,16 @@ def run_invoices(month: str, progress: Any = None, *, now: datetime | None = Non
         .filter(starts_at__lt=end)
         .filter(Q(ends_at__isnull=True) | Q(ends_at__gt=start))
         .select_related("tenant")
-        .prefetch_related("metrics", "prices")
+        .prefetch_related("metrics")
         .order_by("pk")
     )
+    instants = _change_instants(start, end)
     meters = [
         ContractMeter(
             c.tenant.code,
             c.code,
             {m.code: m.expression for m in c.metrics.all()},
-            _change_instants(c, start, end),
+            instants.get(c.pk, ()),
         )
         for c in contracts
     ]
@@ -66,13 +67,14 @@ def run_invoices(month: str, progress: Any = None, *, now: datetime | None = Non
     return {"contracts": len(contracts), "finalized": finalized, "failed": failed}
 
 
-def _change_instants(contract: Contract, start: datetime, end: datetime) -> tuple[datetime, ...]:
-    """Where a price version of the contract starts inside (start, end): the bounds generate_invoice
-    rates with (`Terms.change_instants` of the period's terms), from the prefetched prices."""
-    instants = {
-        p.effective_from for p in contract.prices.all() if p.effective_from and start < p.effective_from < end
-    }
-    return tuple(sorted(instants))
+def _change_instants(start: datetime, end: datetime) -> dict[int, tuple[datetime, ...]]:
+    """Per contract id, where a price version starts inside (start, end): the bounds generate_invoice
+    rates with (`Terms.change_instants` of the period's terms). One read of the few such versions."""
+    instants: dict[int, set[datetime]] = {}
+    changes = ContractPrice.objects.filter(effective_from__gt=start, effective_from__lt=end).order_by()
+    for contract_id, moment in changes.values_list("contract_id", "effective_from"):
+        instants.setdefault(contract_id, set()).add(moment)
+    return {contract_id: tuple(sorted(moments)) for contract_id, moments in instants.items()}
 
 
 @shared_task(name="billing.run_invoices", bind=True)

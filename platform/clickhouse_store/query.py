@@ -10,7 +10,10 @@ from __future__ import annotations
 
 import re
 from collections.abc import Mapping, Sequence
+from datetime import UTC, datetime
 from typing import Any
+
+from django.conf import settings
 
 from .client import locked_client
 from .schema import USAGE_RECORDS, check_identifier
@@ -28,6 +31,36 @@ counted, merged or not. It is the safety net, and it is not free: /work/shared/n
 measured a GROUP BY over 10M rows at ~0.2 s plain and ~1.5 s with FINAL (`LIMIT 1 BY record_id` was
 slower still). Always filter by tenant (the key's first column) and time so FINAL reads few parts.
 """
+
+
+def in_period(start: datetime, end: datetime) -> tuple[str, dict[str, Any]]:
+    """The condition on usage records for start_time in [start, end), and its parameters.
+
+    A period of whole UTC calendar months on one node is selected by partition
+    (`_partition_id`, partitions being toYYYYMM(start_time)): the engine picks the parts and
+    checks nothing per row, where the time range costs about a third of a month's rating
+    aggregate. Any other period, and a cluster's Distributed table, compares start_time.
+    """
+    months = _whole_months(start, end)
+    if months and not settings.CLICKHOUSE_CLUSTER:
+        return "_partition_id IN {period_months:Array(String)}", {"period_months": months}
+    return (
+        "start_time >= {period_start:DateTime64(9, 'UTC')} AND start_time < {period_end:DateTime64(9, 'UTC')}",
+        {"period_start": start, "period_end": end},
+    )
+
+
+def _whole_months(start: datetime, end: datetime) -> list[str]:
+    """The partition ids ('YYYYMM') of [start, end) when it is whole UTC months, else []."""
+    start, end = start.astimezone(UTC), end.astimezone(UTC)
+    if start >= end or any((m.day, m.hour, m.minute, m.second, m.microsecond) != (1, 0, 0, 0, 0) for m in (start, end)):
+        return []
+    months, year, month = [], start.year, start.month
+    while (year, month) < (end.year, end.month):
+        months.append(f"{year:04d}{month:02d}")
+        year, month = (year + 1, 1) if month == 12 else (year, month + 1)
+    return months
+
 
 _PLACEHOLDER = re.compile(r"\{\s*([A-Za-z_][A-Za-z0-9_]*)\s*:")
 # JSON objects (`outcome`) go into String columns as their JSON text; null becomes the default ('').
