@@ -72,7 +72,7 @@ class Terms:
         data["charges"] = [
             {name: _plain(getattr(charge, name)) for name in _CHARGE_FIELDS} for charge in self.charges
         ]
-        data["coupons"] = [{name: getattr(coupon, name) for name in _COUPON_FIELDS} for coupon in self.coupons]
+        data["coupons"] = [{name: getattr(c, name) for name in _COUPON_FIELDS} for c in self.coupons]
         return data
 
     def versions(self) -> dict[str, list[ChargeTerms]]:

@@ -45,15 +45,21 @@ def in_period(start: datetime, end: datetime) -> tuple[str, dict[str, Any]]:
     if months and not settings.CLICKHOUSE_CLUSTER:
         return "_partition_id IN {period_months:Array(String)}", {"period_months": months}
     return (
-        "start_time >= {period_start:DateTime64(9, 'UTC')} AND start_time < {period_end:DateTime64(9, 'UTC')}",
+        "start_time >= {period_start:DateTime64(9, 'UTC')} "
+        "AND start_time < {period_end:DateTime64(9, 'UTC')}",
         {"period_start": start, "period_end": end},
     )
+
+
+_MONTH_START = (1, 0, 0, 0, 0)  # day, hour, minute, second, microsecond
 
 
 def _whole_months(start: datetime, end: datetime) -> list[str]:
     """The partition ids ('YYYYMM') of [start, end) when it is whole UTC months, else []."""
     start, end = start.astimezone(UTC), end.astimezone(UTC)
-    if start >= end or any((m.day, m.hour, m.minute, m.second, m.microsecond) != (1, 0, 0, 0, 0) for m in (start, end)):
+    if start >= end or any(
+        (m.day, m.hour, m.minute, m.second, m.microsecond) != _MONTH_START for m in (start, end)
+    ):
         return []
     months, year, month = [], start.year, start.month
     while (year, month) < (end.year, end.month):

@@ -53,7 +53,8 @@ def test_both_forms_select_the_same_records(
         for start, end in ((NOV, DEC), (NOV, JAN), (DEC, JAN)):
             condition, params = query.in_period(start, end)
             assert ("_partition_id" in condition) is not bool(cluster)
-            rows = query.select(f"SELECT start_ns FROM usage_records WHERE {condition} ORDER BY start_ns", params)
+            sql = f"SELECT start_ns FROM usage_records WHERE {condition} ORDER BY start_ns"
+            rows = query.select(sql, params)
             selected[start.month, end.month] = [row[0] for row in rows]
     assert selected == {
         (11, 12): [_ns(NOV), _ns(DEC) - 1],
