@@ -29,6 +29,7 @@ from django.db import transaction
 from django.db.models import Q, Sum
 
 from accounts.models import Tenant
+from config.pg_copy import copy_insert
 from contracts.dimensions import Dimension
 from contracts.models import NEVER_BILLED, Contract
 from sla.models import ServiceCredit
@@ -292,12 +293,12 @@ def _write(rated: list[_Rated], now: datetime) -> int:
             checkpoint=checkpoint,
             completeness=completeness,
         )
-    Invoice.objects.bulk_create([r.invoice for r in rated if r.is_new])
+    copy_insert([r.invoice for r in rated if r.is_new])
     reopened = [r.invoice for r in rated if not r.is_new]
     if reopened:
         InvoiceLine.objects.filter(invoice__in=reopened).delete()
         Invoice.objects.bulk_update(reopened, _REFRESHED)
-    InvoiceLine.objects.bulk_create([line for r in rated for line in r.lines], batch_size=2000)
+    copy_insert([line for r in rated for line in r.lines])
     CreditEntry.objects.bulk_create(
         consumption(r.invoice, applied[r.contract.pk]) for r in final if applied[r.contract.pk]
     )

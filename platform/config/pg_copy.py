@@ -1,0 +1,95 @@
+"""Bulk inserts with PostgreSQL COPY, for the thousands of rows an invoice run writes.
+
+Django's bulk_create prepares every value through its fields and, on PostgreSQL, sends each column as
+an array for UNNEST, which psycopg escapes element by element in Python: 250 invoices with their
+frozen terms took 0.09 s to insert that way, and 2,000 invoice lines 0.07 s. COPY streams the rows
+instead, each value adapted by psycopg's compiled dumpers.
+
+`copy_insert` behaves like bulk_create for models with an automatic primary key: ids come from the
+table's own sequence (one `nextval` per row, in one statement) and are set on the objects, which are
+then saved rows (`_state.adding` False). It runs on Django's connection, inside the caller's
+transaction; a failed COPY raises Django's database errors (IntegrityError …) as any statement does.
+"""
+
+from __future__ import annotations
+
+import enum
+import json
+from collections.abc import Callable, Sequence
+from functools import partial
+from typing import Any
+
+from django.db import connection
+from django.db.models import Field, JSONField, Model
+from psycopg import sql
+from psycopg.types.json import Jsonb
+
+
+def copy_insert(objs: Sequence[Model]) -> None:
+    """Insert these instances of one model, assigning their ids first when they have none."""
+    if not objs:
+        return
+    model = type(objs[0])
+    meta = model._meta
+    if any(type(obj) is not model for obj in objs):
+        raise TypeError("copy_insert takes instances of one model")
+    missing = [obj for obj in objs if obj.pk is None]
+    if missing:
+        for obj, pk in zip(missing, _next_ids(meta.db_table, meta.pk.column, len(missing)), strict=True):
+            obj.pk = pk
+    fields = [f for f in meta.concrete_fields if not f.generated]
+    statement = sql.SQL("COPY {} ({}) FROM STDIN").format(
+        sql.Identifier(meta.db_table), sql.SQL(", ").join(sql.Identifier(f.column) for f in fields)
+    )
+    values = [_reader(f) for f in fields]
+    with (
+        connection.cursor() as cursor,
+        connection.wrap_database_errors,
+        cursor.cursor.copy(statement) as copy,
+    ):
+        for obj in objs:
+            copy.write_row([value(obj) for value in values])
+    for obj in objs:
+        obj._state.adding = False
+        obj._state.db = connection.alias
+
+
+def _next_ids(table: str, column: str, count: int) -> list[int]:
+    with connection.cursor() as cursor:
+        cursor.execute(
+            "SELECT nextval(pg_get_serial_sequence(%s, %s)) FROM generate_series(1, %s)",
+            [table, column, count],
+        )
+        return [row[0] for row in cursor.fetchall()]
+
+
+def _reader(field: Field[Any, Any]) -> Callable[[Model], Any]:
+    """How one field's value of an object goes into COPY: a foreign key from the related object when
+    only that is set (as bulk_create does, and kept on the object), JSON as jsonb with the field's
+    encoder, a choice as its value (psycopg would write an Enum's name), timestamps by the field's
+    pre_save (auto_now_add), anything else as psycopg adapts it."""
+    if field.many_to_one:
+        attname = field.attname
+
+        def foreign_key(obj: Model) -> Any:
+            value = getattr(obj, attname)
+            if value is None and (related := field.get_cached_value(obj, None)) is not None:
+                value = related.pk
+                setattr(obj, attname, value)
+            return value
+
+        return foreign_key
+    if isinstance(field, JSONField):
+        dumps = partial(json.dumps, cls=field.encoder)
+
+        def jsonb(obj: Model) -> Any:
+            value = field.pre_save(obj, True)
+            return None if value is None else Jsonb(value, dumps=dumps)
+
+        return jsonb
+
+    def plain(obj: Model) -> Any:
+        value = field.pre_save(obj, True)
+        return value.value if isinstance(value, enum.Enum) else value
+
+    return plain
