@@ -219,7 +219,10 @@ def _write_floor() -> float:
     invoices, lines = list(Invoice.objects.all()), list(InvoiceLine.objects.all())
     with transaction.atomic():
         Invoice.objects.all().delete()
-        seconds, _ = _timed(lambda: (copy_insert(invoices), copy_insert(lines)))
+        began = time.perf_counter()
+        copy_insert(invoices)
+        copy_insert(lines)
+        seconds = time.perf_counter() - began
         transaction.set_rollback(True)
     return seconds
 

@@ -73,7 +73,8 @@ def _change_instants(start: datetime, end: datetime) -> dict[int, tuple[datetime
     instants: dict[int, set[datetime]] = {}
     changes = ContractPrice.objects.filter(effective_from__gt=start, effective_from__lt=end).order_by()
     for contract_id, moment in changes.values_list("contract_id", "effective_from"):
-        instants.setdefault(contract_id, set()).add(moment)
+        if moment is not None:  # always, by the filter
+            instants.setdefault(contract_id, set()).add(moment)
     return {contract_id: tuple(sorted(moments)) for contract_id, moments in instants.items()}
 
 

@@ -20,8 +20,7 @@ from functools import partial
 from typing import Any
 
 from django.db import connection
-from django.db.models import Field, JSONField, Model
-from psycopg import sql
+from django.db.models import Field, ForeignKey, JSONField, Model
 from psycopg.types.json import Jsonb
 
 
@@ -35,12 +34,12 @@ def copy_insert(objs: Sequence[Model]) -> None:
         raise TypeError("copy_insert takes instances of one model")
     missing = [obj for obj in objs if obj.pk is None]
     if missing:
-        for obj, pk in zip(missing, _next_ids(meta.db_table, meta.pk.column, len(missing)), strict=True):
+        for obj, pk in zip(missing, _next_ids(meta.db_table, _column(meta.pk), len(missing)), strict=True):
             obj.pk = pk
     fields = [f for f in meta.concrete_fields if not f.generated]
-    statement = sql.SQL("COPY {} ({}) FROM STDIN").format(
-        sql.Identifier(meta.db_table), sql.SQL(", ").join(sql.Identifier(f.column) for f in fields)
-    )
+    quote = connection.ops.quote_name
+    columns = ", ".join(quote(_column(f)) for f in fields)
+    statement = f"COPY {quote(meta.db_table)} ({columns}) FROM STDIN"
     values = [_reader(f) for f in fields]
     with (
         connection.cursor() as cursor,
@@ -52,6 +51,12 @@ def copy_insert(objs: Sequence[Model]) -> None:
     for obj in objs:
         obj._state.adding = False
         obj._state.db = connection.alias
+
+
+def _column(field: Field[Any, Any] | None) -> str:
+    if field is None or field.column is None:
+        raise TypeError("copy_insert needs models whose fields are stored columns")
+    return field.column
 
 
 def _next_ids(table: str, column: str, count: int) -> list[int]:
@@ -68,7 +73,7 @@ def _reader(field: Field[Any, Any]) -> Callable[[Model], Any]:
     only that is set (as bulk_create does, and kept on the object), JSON as jsonb with the field's
     encoder, a choice as its value (psycopg would write an Enum's name), timestamps by the field's
     pre_save (auto_now_add), anything else as psycopg adapts it."""
-    if field.many_to_one:
+    if isinstance(field, ForeignKey):
         attname = field.attname
 
         def foreign_key(obj: Model) -> Any:
