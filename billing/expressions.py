@@ -9,7 +9,8 @@
 
 No user text reaches the SQL: a field becomes its whitelisted column expression, a number becomes a
 bound Float64 parameter. Every value is Float64 (so `tokens_in - tokens_out` cannot wrap around);
-x / 0 is 0. The per-record value is summed over the period and billed to 6 decimal places.
+x / 0 is 0. The per-record value is summed over the period exactly (as a decimal of 18 places,
+`billing.selectors.METRIC_VALUE`) and billed to 6 decimal places.
 """
 
 from __future__ import annotations

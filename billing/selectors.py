@@ -31,6 +31,10 @@ _DIMENSIONS = list(AGGREGATES)
 _FIRST_DIMENSION = 5  # after tenant, contract, records, by_dispute, by_pause
 _OK = "status = 'ok' AND NOT disputed AND NOT paused"
 METRIC_PLACES = Decimal("0.000001")
+# A custom metric's per-record value (Float64) as an exact decimal of 18 places, so the period's sum is
+# exact and does not depend on the order the engine adds in: a Float64 sum's last bits vary between
+# identical runs, and 1e16 + 1 - 1e16 is 0 or 1 by order. Values beyond ±1e58 fail the query.
+METRIC_VALUE = "toDecimal256({}, 18)"
 
 
 @dataclass(frozen=True)
@@ -92,7 +96,9 @@ def usage_sql(
         compiled = compile_metric(expression, param_prefix=f"m{k}p")
         params.update(compiled.params)
         params[f"m{k}c"] = sorted(set(contracts))
-        columns.append(f"sum(if({_OK} AND contract IN {{m{k}c:Array(String)}}, {compiled.sql}, 0.))")
+        in_metric = f"{_OK} AND contract IN {{m{k}c:Array(String)}}"
+        value, zero = METRIC_VALUE.format(compiled.sql), METRIC_VALUE.format("0")
+        columns.append(f"sum(if({in_metric}, {value}, {zero}))")
         metric_column[expression] = k
     sql = (
         f"WITH {disputed} AS disputed, {paused} AS paused "  # noqa: S608
@@ -161,8 +167,8 @@ def _quantities(
         for k, d in enumerate(_DIMENSIONS)
     }
     for code, expression in meter.metrics.items():
-        raw = row[first_metric + metric_column[expression]] if row else 0.0
-        quantities[code] = Decimal(repr(float(raw or 0.0))).quantize(METRIC_PLACES)
+        raw = row[first_metric + metric_column[expression]] if row else 0
+        quantities[code] = Decimal(raw or 0).quantize(METRIC_PLACES)
     return quantities
 
 

@@ -8,7 +8,7 @@ import pytest
 
 from billing.periods import month_bounds
 from billing.selectors import ContractMeter, usage_by_contract, usage_sql
-from tests.billing.usage import at, send
+from tests.billing.usage import at, send, send_each
 from tests.factories import ContractFactory
 
 pytestmark = [pytest.mark.usefixtures("clickhouse"), pytest.mark.django_db]
@@ -47,3 +47,23 @@ def test_one_query_measures_each_contract_with_its_own_metrics() -> None:
     assert usage[c.code].quantities["hops_again"] == Decimal(15)
     assert "hop_count" not in usage[d.code].quantities
     assert usage[d.code].quantities["l3_seconds"] == Decimal("0.36")  # 4 × 90,000 µs
+
+
+def test_metric_sums_are_exact_whatever_the_order_of_addition() -> None:
+    """Per-record values 1e16, ten times 1, then -1e16, in one batch (one part, read in key order):
+    a Float64 sum adds 1e16 + 1 first and loses every 1; the period's sum is exactly 10."""
+    contract = ContractFactory.create()
+    swings = [(2, 1), *[(1, 1)] * 10, (1, 2)]
+    send_each(
+        contract,
+        [
+            {"start_ns": at(2026, 11, 3) + k, "tokens_in": i, "tokens_out": o, "prefix_cache_hit_tokens": 0}
+            for k, (i, o) in enumerate(swings)
+        ],
+    )
+    expression = "if(tokens_in - tokens_out, (tokens_in - tokens_out) * 10000000000000000, requests)"
+    meter = ContractMeter(contract.tenant.code, contract.code, {"swing": expression})
+
+    usage = usage_by_contract([meter], *month_bounds("2026-11"))
+
+    assert usage[contract.code].quantities["swing"] == Decimal("10.000000")
