@@ -30,6 +30,9 @@ collapse rows with the same key (tenant, contract, start_time, record_id), so a 
 counted, merged or not. It is the safety net, and it is not free: /work/shared/notes/performance.md
 measured a GROUP BY over 10M rows at ~0.2 s plain and ~1.5 s with FINAL (`LIMIT 1 BY record_id` was
 slower still). Always filter by tenant (the key's first column) and time so FINAL reads few parts.
+A partition that is one merged part (a settled month) is read without merging, as fast as a plain
+read, provided only the columns read are needed: count an array through its size subcolumn
+(`hops.size0`), since under FINAL `length(hops)` reads every element.
 """
 
 
