@@ -1,7 +1,7 @@
 """Invoice PDFs in English or Simplified Chinese (ReportLab, with an embedded TrueType CJK font).
 
 ReportLab's built-in CID font STSong-Light is not embedded, so viewers without Asian font packs show
-blanks; we embed a subset of WenQuanYi Zen Hei (Debian `fonts-wqy-zenhei`) instead.
+blanks; we embed a subset of the one CJK font of the project (config.cjk_font, from a pip package).
 """
 
 from __future__ import annotations
@@ -9,22 +9,18 @@ from __future__ import annotations
 from datetime import datetime
 from decimal import Decimal
 from io import BytesIO
-from pathlib import Path
 from typing import Any
 
 from reportlab.lib import colors
 from reportlab.lib.pagesizes import A4
 from reportlab.lib.styles import ParagraphStyle
 from reportlab.lib.units import mm
-from reportlab.pdfbase import pdfmetrics
-from reportlab.pdfbase.ttfonts import TTFont
 from reportlab.platypus import Paragraph, SimpleDocTemplate, Spacer, Table, TableStyle
 
-from .errors import BillingError, InvalidRequest
-from .models import Invoice, InvoiceLine
+from config.cjk_font import register_cjk_font
 
-CJK_FONT_PATHS = (Path("/usr/share/fonts/truetype/wqy/wqy-zenhei.ttc"),)
-FONT = "WenQuanYiZenHei"
+from .errors import InvalidRequest
+from .models import Invoice, InvoiceLine
 
 TEXT = {
     "en": {
@@ -117,22 +113,6 @@ def _price_segment_zh(details: dict[str, Any]) -> str:
     return ""
 
 
-def cjk_font_path() -> Path | None:
-    return next((p for p in CJK_FONT_PATHS if p.exists()), None)
-
-
-def _register_font() -> None:
-    if FONT in pdfmetrics.getRegisteredFontNames():
-        return
-    path = cjk_font_path()
-    if path is None:
-        raise BillingError(
-            "pdf_font_missing",
-            "The CJK font for PDF invoices is not installed: apt-get install fonts-wqy-zenhei.",
-        )
-    pdfmetrics.registerFont(TTFont(FONT, str(path), subfontIndex=0))
-
-
 def _checkpoint(invoice: Invoice) -> str:
     pinned = invoice.terms.get("ledger_checkpoint")
     return f"{pinned['size']} / {pinned['root_hash']}" if pinned else ""
@@ -160,10 +140,10 @@ def render_invoice_pdf(invoice: Invoice, language: str = "en") -> bytes:
     """The invoice as PDF bytes: header, itemised lines, tax, totals, credits, checkpoint reference."""
     if language not in TEXT:
         raise InvalidRequest("unsupported_language", f"Use one of {', '.join(TEXT)}, not {language!r}.")
-    _register_font()
+    font = register_cjk_font()
     t = TEXT[language]
-    body = ParagraphStyle("body", fontName=FONT, fontSize=9, leading=12)
-    title = ParagraphStyle("title", fontName=FONT, fontSize=16, leading=20)
+    body = ParagraphStyle("body", fontName=font, fontSize=9, leading=12)
+    title = ParagraphStyle("title", fontName=font, fontSize=16, leading=20)
     buffer = BytesIO()
     document = SimpleDocTemplate(
         buffer,
@@ -210,7 +190,7 @@ def render_invoice_pdf(invoice: Invoice, language: str = "en") -> bytes:
     table.setStyle(
         TableStyle(
             [
-                ("FONTNAME", (0, 0), (-1, -1), FONT),
+                ("FONTNAME", (0, 0), (-1, -1), font),
                 ("FONTSIZE", (0, 0), (-1, -1), 9),
                 ("BACKGROUND", (0, 0), (-1, 0), colors.HexColor("#e8edf3")),
                 ("ALIGN", (1, 0), (-1, -1), "RIGHT"),

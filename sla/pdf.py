@@ -1,31 +1,27 @@
 """The monthly SLA report as a PDF, in English or Simplified Chinese, with an embedded TrueType CJK font.
 
 ReportLab's built-in CID fonts are not embedded (a viewer without Asian font packs shows blanks), so
-Chinese text uses a TTF subset embedded in the file: Debian's fonts-wqy-zenhei by default, or the
-file named by the SLA_PDF_CJK_FONT setting.
+Chinese text (and the English report's, whose names may be Chinese) uses a subset of the project's one
+CJK font embedded in the file (config.cjk_font, from a pip package).
 """
 
 from __future__ import annotations
 
 from html import escape
 from io import BytesIO
-from pathlib import Path
 
-from django.conf import settings
 from reportlab.graphics.charts.barcharts import VerticalBarChart
 from reportlab.graphics.shapes import Drawing
 from reportlab.lib import colors
 from reportlab.lib.pagesizes import A4
 from reportlab.lib.styles import ParagraphStyle
 from reportlab.lib.units import mm
-from reportlab.pdfbase import pdfmetrics
-from reportlab.pdfbase.ttfonts import TTFont
 from reportlab.platypus import Paragraph, SimpleDocTemplate, Spacer, Table, TableStyle
+
+from config.cjk_font import register_cjk_font
 
 from .models import SlaReport
 
-DEFAULT_CJK_FONT = "/usr/share/fonts/truetype/wqy/wqy-zenhei.ttc"
-CJK_FONT_NAME = "TreemeterCJK"
 LANGUAGES = ("en", "zh-Hans")
 
 LABELS = {
@@ -90,28 +86,6 @@ LABELS = {
 }
 
 
-class PdfFontMissing(RuntimeError):
-    """The CJK font file is not installed, so a Chinese PDF cannot be made."""
-
-
-def cjk_font_path() -> Path:
-    return Path(getattr(settings, "SLA_PDF_CJK_FONT", DEFAULT_CJK_FONT))
-
-
-def _font(language: str) -> str:
-    """The embedded CJK font when present (needed for zh-Hans; used for en too, for Chinese reasons)."""
-    path = cjk_font_path()
-    if not path.is_file():
-        if language == "en":
-            return "Helvetica"
-        raise PdfFontMissing(
-            f"The CJK font {path} is missing: install fonts-wqy-zenhei or set SLA_PDF_CJK_FONT."
-        )
-    if CJK_FONT_NAME not in pdfmetrics.getRegisteredFontNames():
-        pdfmetrics.registerFont(TTFont(CJK_FONT_NAME, str(path), subfontIndex=0))
-    return CJK_FONT_NAME
-
-
 def _daily_chart(report: SlaReport, font: str) -> Drawing:
     """Bars of the first objective's daily percentage (days without traffic at 100 %)."""
     drawing = Drawing(170 * mm, 55 * mm)
@@ -139,7 +113,7 @@ def render_report_pdf(report: SlaReport, language: str) -> bytes:
     if language not in LANGUAGES:
         raise ValueError(f"unsupported language {language!r}")
     text = LABELS[language]
-    font = _font(language)
+    font = register_cjk_font()
     body = ParagraphStyle("body", fontName=font, fontSize=9, leading=13, wordWrap="CJK")
     heading = ParagraphStyle("heading", parent=body, fontSize=15, leading=20, spaceAfter=6)
     subheading = ParagraphStyle("subheading", parent=body, fontSize=11, leading=16, spaceBefore=8)

@@ -3,30 +3,22 @@ on its PDF, as they were at finalisation: a gap closing later does not change th
 
 from __future__ import annotations
 
-import shutil
-import subprocess
 from datetime import UTC, datetime
-from pathlib import Path
 
 import pytest
 from django.test import Client
 
-from billing.pdf import cjk_font_path, render_invoice_pdf
+from billing.pdf import render_invoice_pdf
 from billing.selectors import invoice_with_lines
 from billing.services import finalize_invoice
 from tests.factories import signing_agent
 from tests.ledger.support import november_invoice, priced_contract, send
+from tests.pdf_text import pdf_text
 
 pytestmark = [pytest.mark.django_db, pytest.mark.usefixtures("clickhouse")]
 
 
-def _pdf_text(pdf: bytes, tmp_path: Path) -> str:
-    path = tmp_path / "invoice.pdf"
-    path.write_bytes(pdf)
-    return subprocess.run(["pdftotext", str(path), "-"], capture_output=True, check=True, text=True).stdout
-
-
-def test_the_finalised_invoice_pins_its_record_count_and_gaps(client: Client, tmp_path: Path) -> None:
+def test_the_finalised_invoice_pins_its_record_count_and_gaps(client: Client) -> None:
     contract = priced_contract()
     agent = signing_agent(contract, agent_id="agent-7")
     send(client, agent, [agent.record(contract, seq=s) for s in (0, 1, 2)])
@@ -45,22 +37,18 @@ def test_the_finalised_invoice_pins_its_record_count_and_gaps(client: Client, tm
     invoice.refresh_from_db()
     assert invoice.terms["completeness"] == stated
 
-    if shutil.which("pdftotext") is None or cjk_font_path() is None:
-        pytest.skip("pdftotext (poppler-utils) or the CJK font is not installed")
-    english = _pdf_text(render_invoice_pdf(invoice_with_lines(invoice.pk), "en"), tmp_path)
+    english = pdf_text(render_invoice_pdf(invoice_with_lines(invoice.pk), "en"))
     assert "Records billed: 5 (in the ledger: 5, excluded: 0)" in english
     assert "Sequence gaps in the serving agents: agent-7 #3–5" in english
-    chinese = _pdf_text(render_invoice_pdf(invoice_with_lines(invoice.pk), "zh-Hans"), tmp_path)
+    chinese = pdf_text(render_invoice_pdf(invoice_with_lines(invoice.pk), "zh-Hans"))
     assert "计费记录数：5（账本中：5，已排除：0）" in chinese and "agent-7 #3–5" in chinese
 
 
-def test_an_invoice_with_every_record_says_so(client: Client, tmp_path: Path) -> None:
+def test_an_invoice_with_every_record_says_so(client: Client) -> None:
     contract = priced_contract()
     agent = signing_agent(contract, agent_id="agent-8")
     send(client, agent, [agent.record(contract, seq=s) for s in (0, 1)])
     invoice = finalize_invoice(november_invoice(contract), now=datetime(2026, 12, 3, tzinfo=UTC))
     assert invoice.terms["completeness"]["gaps"] == [] and invoice.terms["completeness"]["complete"] is True
-    if shutil.which("pdftotext") is None or cjk_font_path() is None:
-        pytest.skip("pdftotext (poppler-utils) or the CJK font is not installed")
-    text = _pdf_text(render_invoice_pdf(invoice_with_lines(invoice.pk), "en"), tmp_path)
+    text = pdf_text(render_invoice_pdf(invoice_with_lines(invoice.pk), "en"))
     assert "none: every record the agents reported has arrived" in text

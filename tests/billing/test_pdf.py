@@ -2,10 +2,8 @@
 
 from __future__ import annotations
 
-import subprocess
 from datetime import UTC, datetime
 from decimal import Decimal
-from pathlib import Path
 
 import pytest
 from django.contrib.auth import get_user_model
@@ -13,19 +11,17 @@ from django.test import Client
 
 from accounts.models import Membership
 from billing.models import Invoice
-from billing.pdf import cjk_font_path, render_invoice_pdf
+from billing.pdf import render_invoice_pdf
 from billing.periods import month_bounds
 from billing.selectors import invoice_with_lines
 from billing.services import generate_invoice, grant_credits
+from config import cjk_font
 from contracts.models import ContractPrice
 from tests.billing.usage import at, send
 from tests.factories import ContractFactory, TenantFactory
+from tests.pdf_text import embedded_fonts, pdf_text
 
-pytestmark = [
-    pytest.mark.usefixtures("clickhouse"),
-    pytest.mark.django_db,
-    pytest.mark.skipif(cjk_font_path() is None, reason="needs Debian's fonts-wqy-zenhei (see .ci/run)"),
-]
+pytestmark = [pytest.mark.usefixtures("clickhouse"), pytest.mark.django_db]
 
 
 def _invoice() -> int:
@@ -36,14 +32,6 @@ def _invoice() -> int:
     send(contract, 7, at(2026, 11, 3))
     grant_credits(contract, Decimal("10.00"), "g1")
     return generate_invoice(contract.pk, *month_bounds("2026-11"), now=datetime(2026, 12, 2, tzinfo=UTC)).pk
-
-
-def _text(pdf: bytes, tmp_path: Path) -> str:
-    path = tmp_path / "invoice.pdf"
-    path.write_bytes(pdf)
-    return subprocess.run(
-        ["pdftotext", "-layout", str(path), "-"], capture_output=True, check=True, text=True
-    ).stdout
 
 
 @pytest.mark.parametrize(
@@ -63,13 +51,12 @@ def _text(pdf: bytes, tmp_path: Path) -> str:
         ),
     ],
 )
-def test_the_pdf_has_the_lines_totals_and_chinese_text(
-    language: str, words: list[str], tmp_path: Path
-) -> None:
+def test_the_pdf_has_the_lines_totals_and_chinese_text(language: str, words: list[str]) -> None:
     pdf = render_invoice_pdf(invoice_with_lines(_invoice()), language)
 
-    assert pdf.startswith(b"%PDF") and b"/FontFile2" in pdf  # the TrueType font is embedded
-    text = _text(pdf, tmp_path)
+    assert pdf.startswith(b"%PDF")
+    assert embedded_fonts(pdf) == {"WenQuanYiMicroHei"}  # the pip package's TrueType font, embedded
+    text = pdf_text(pdf)
     for word in words:
         assert word in text
     # 7 × 0.05 = 0.35; 700 × 0.0000015 = 0.00105 → 0.00; base 100; tax 6 % of 100.35 = 6.02; credits 10
@@ -95,3 +82,15 @@ def test_the_pdf_endpoint_serves_staff_and_the_invoice_s_own_tenant_only(client:
     assert response.status_code == 200 and response["Content-Type"] == "application/pdf"
     bad = client.get(f"/v1/invoices/{pk}.pdf?lang=fr")
     assert (bad.status_code, bad.json()["code"]) == (400, "unsupported_language")
+
+
+def test_a_broken_font_install_answers_503_pdf_font_missing(
+    client: Client, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    pk = _invoice()
+    monkeypatch.setattr(cjk_font, "FONT_PACKAGE", "no_such_font_package")  # the package gone
+    monkeypatch.setattr(cjk_font, "CJK_FONT_NAME", "TreemeterCJKGone")  # and not registered yet
+    client.force_login(get_user_model().objects.create_user("ops", is_staff=True))
+    response = client.get(f"/v1/invoices/{pk}.pdf")
+    assert (response.status_code, response.json()["code"]) == (503, "pdf_font_missing")
+    assert "make install" in response.json()["message"]

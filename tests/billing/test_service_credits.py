@@ -2,11 +2,9 @@
 
 from __future__ import annotations
 
-import subprocess
 import threading
 from datetime import UTC, datetime
 from decimal import Decimal
-from pathlib import Path
 from typing import Any
 
 import pytest
@@ -25,6 +23,7 @@ from sla.models import ServiceCredit
 from sla.tasks import close_period_task
 from tests.billing.usage import at, send
 from tests.factories import ContractFactory
+from tests.pdf_text import pdf_text
 from tests.sla.helpers import make_policy
 
 pytestmark = pytest.mark.usefixtures("clickhouse")
@@ -185,7 +184,7 @@ def test_a_credit_larger_than_the_invoice_stays_pending() -> None:
 
 
 @pytest.mark.django_db
-def test_the_credit_line_in_the_api_and_the_pdf(tmp_path: Path) -> None:
+def test_the_credit_line_in_the_api_and_the_pdf() -> None:
     contract = october_breach()
     invoice = generate_invoice(contract.pk, *NOV, now=AFTER_NOV)
     staff = get_user_model().objects.create_user("ops", is_staff=True)
@@ -198,11 +197,7 @@ def test_the_credit_line_in_the_api_and_the_pdf(tmp_path: Path) -> None:
     (credit,) = client.get("/v1/sla/credits").json()["results"]
     assert (credit["status"], credit["invoice"], credit["held_reason"]) == ("applied", invoice.pk, "")
 
-    path = tmp_path / "invoice.pdf"
-    path.write_bytes(render_invoice_pdf(invoice_with_lines(invoice.pk), "en"))
-    text = subprocess.run(
-        ["pdftotext", "-layout", str(path), "-"], capture_output=True, check=True, text=True
-    ).stdout
+    text = pdf_text(render_invoice_pdf(invoice_with_lines(invoice.pk), "en"))
     assert "SLA service credit 25 % for 2026-10" in text and "-48.00" in text
 
 

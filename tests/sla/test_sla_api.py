@@ -2,21 +2,19 @@
 
 from __future__ import annotations
 
-import shutil
-import subprocess
 from datetime import UTC, datetime
 from decimal import Decimal
-from pathlib import Path
 from typing import Any
 
 import pytest
 from django.test import Client
 
 from accounts.models import Membership
+from config import cjk_font
 from sla.models import ServiceCredit, SlaReport
-from sla.pdf import cjk_font_path
 from sla.services import compute_report
 from tests.factories import ContractFactory, signing_agent
+from tests.pdf_text import embedded_fonts, pdf_text
 from tests.sla.helpers import make_policy, ns, records, store
 
 pytestmark = [pytest.mark.django_db, pytest.mark.usefixtures("clickhouse")]
@@ -136,37 +134,40 @@ def test_the_html_page_shows_objectives_credit_and_exclusions(django_user_model:
     assert page.count('class="bar"') == 60  # 30 days × 2 objectives
 
 
-def _pdf_text(pdf: bytes, tmp_path: Path) -> str:
-    if shutil.which("pdftotext") is None:
-        pytest.skip("pdftotext (Debian poppler-utils) is not installed")
-    path = tmp_path / "report.pdf"
-    path.write_bytes(pdf)
-    return subprocess.run(["pdftotext", str(path), "-"], capture_output=True, text=True, check=True).stdout
-
-
-def test_english_pdf(staff: Any, tmp_path: Path) -> None:
+def test_english_pdf(staff: Any) -> None:
     report = report_for_new_tenant(failed=11)
     client = Client()
     client.force_login(staff)
     response = client.get(f"/v1/sla/reports/{report.pk}/pdf", {"lang": "en"})
     assert response.status_code == 200 and response["Content-Type"] == "application/pdf"
     assert response.content.startswith(b"%PDF")
-    text = _pdf_text(response.content, tmp_path)
+    text = pdf_text(response.content)
     assert f"SLA report: {report.contract.code}" in text
     assert "98.9000" in text and "Service credit: 25 % of the month's fee" in text
 
 
-def test_chinese_pdf_embeds_its_font(staff: Any, tmp_path: Path) -> None:
-    if not cjk_font_path().is_file():
-        pytest.skip(f"the CJK font {cjk_font_path()} is absent (apt-get install fonts-wqy-zenhei)")
+def test_chinese_pdf_embeds_its_font(staff: Any) -> None:
     report = report_for_new_tenant(failed=11)
     client = Client()
     client.force_login(staff)
     response = client.get(f"/v1/sla/reports/{report.pk}/pdf", {"lang": "zh-Hans"})
     assert response.status_code == 200
-    assert b"/FontFile2" in response.content  # the TrueType subset is inside the file
-    text = _pdf_text(response.content, tmp_path)
+    assert embedded_fonts(response.content) == {"WenQuanYiMicroHei"}  # the TrueType subset is inside
+    text = pdf_text(response.content)
     assert "服务等级协议（SLA）报告" in text and "服务赔付：当月费用的 25 %" in text
+
+
+@pytest.mark.parametrize("language", ["en", "zh-Hans"])
+def test_a_broken_font_install_answers_503_pdf_font_missing(
+    staff: Any, monkeypatch: pytest.MonkeyPatch, language: str
+) -> None:
+    report = report_for_new_tenant()
+    monkeypatch.setattr(cjk_font, "FONT_PACKAGE", "no_such_font_package")  # the package gone
+    monkeypatch.setattr(cjk_font, "CJK_FONT_NAME", "TreemeterCJKGone")  # and not registered yet
+    client = Client()
+    client.force_login(staff)
+    response = client.get(f"/v1/sla/reports/{report.pk}/pdf", {"lang": language})
+    assert (response.status_code, response.json()["code"]) == (503, "pdf_font_missing")
 
 
 def test_staff_declare_exclusions_once_and_tenants_read_only_their_own(
