@@ -22,6 +22,7 @@ from django.utils import timezone
 from contracts.dimensions import Dimension
 from contracts.models import NEVER_BILLED, Contract
 from contracts.money import round_money
+from ingest.outbox import store_pending
 from webhooks.events import publish_invoice_event, publish_invoice_events
 
 from . import outcomes
@@ -63,6 +64,7 @@ def generate_invoice(
     """
     now = now or timezone.now()
     check_period(period_start, period_end, now)
+    store_pending()  # every committed record is in ClickHouse before it is rated
     try:
         with transaction.atomic():
             contract = Contract.objects.select_for_update().select_related("tenant").get(pk=contract_id)

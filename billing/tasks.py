@@ -13,6 +13,7 @@ from django.db.models import Q
 from django.utils import timezone
 
 from contracts.models import Contract, ContractPrice
+from ingest.outbox import store_pending
 
 from .errors import TermsError
 from .invoice_run import invoice_contracts
@@ -39,6 +40,7 @@ def run_invoices(month: str, progress: Any = None, *, now: datetime | None = Non
     and message) and the run goes on. `progress(done, total)` is called for each contract once its
     chunk has committed."""
     start, end = month_bounds(month)
+    store_pending()  # every committed record is in ClickHouse before the aggregate reads them
     contracts = list(
         Contract.objects.billable()
         .filter(starts_at__lt=end)

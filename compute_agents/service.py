@@ -22,6 +22,7 @@ from typing import Any
 import structlog
 
 from treemeter_records import make_record
+from treemeter_records.limits import FORBIDDEN_CONTROL, TEXT_MAX
 
 from .engine import Engine, Generation, RoutingCaptureInvalid, expert_counts
 from .entitlements import Entitlement, EntitlementStore, Quota, QuotaBook, Reservation
@@ -427,4 +428,7 @@ def _sse(payload: dict[str, Any]) -> bytes:
 
 
 def new_client_request_id(header: str | None) -> str:
-    return (header or "")[:128] or f"req-{uuid.uuid4().hex}"
+    """The caller's x-request-id as the record's client_request_id: cut to the format's length, without the
+    control characters the format refuses; a fresh id when there is none."""
+    given = "".join(ch for ch in (header or "")[:TEXT_MAX] if ch not in FORBIDDEN_CONTROL)
+    return given or f"req-{uuid.uuid4().hex}"

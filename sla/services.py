@@ -16,6 +16,7 @@ from django.utils import timezone
 
 from contracts.models import Contract
 from contracts.money import round_money
+from ingest.outbox import store_pending
 
 from .fees import period_fee
 from .models import Exclusion, Objective, ServiceCredit, SlaPolicy, SlaReport
@@ -143,6 +144,7 @@ def compute_report(contract: Contract, month: str, *, now: datetime | None = Non
     Provisional while the month is open (recomputing replaces it), final from SETTLE after it ends.
     """
     now = now or timezone.now()
+    store_pending()  # every committed record is in ClickHouse before it is measured
     policy = policy_for(contract)
     if policy is None:
         raise SlaError("no_sla", f"Contract {contract.code} has no SLA policy (on itself or its package).")

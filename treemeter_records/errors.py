@@ -13,7 +13,6 @@ UNKNOWN_FIELD = "unknown_field"
 WRONG_TYPE = "wrong_type"
 INVALID_VALUE = "invalid_value"
 NEGATIVE_VALUE = "negative_value"
-TIMESTAMP_IN_FUTURE = "timestamp_in_future"
 INCONSISTENT_TOTALS = "inconsistent_totals"
 
 RECORD_ERROR_CODES: frozenset[str] = frozenset(
@@ -26,7 +25,6 @@ RECORD_ERROR_CODES: frozenset[str] = frozenset(
         WRONG_TYPE,
         INVALID_VALUE,
         NEGATIVE_VALUE,
-        TIMESTAMP_IN_FUTURE,
         INCONSISTENT_TOTALS,
     }
 )

@@ -20,12 +20,12 @@ from .errors import (
     MISSING_FIELD,
     NEGATIVE_VALUE,
     NON_CANONICAL,
-    TIMESTAMP_IN_FUTURE,
     UNKNOWN_FIELD,
     UNSUPPORTED_VERSION,
     WRONG_TYPE,
     RecordError,
 )
+from .limits import JSON_MAX_DEPTH, JSON_MAX_MEMBERS, NODE_MAX, SLUG_MAX, TEXT_MAX, has_forbidden_control
 
 RECORD_VERSION = 1
 
@@ -69,10 +69,7 @@ STATUSES = frozenset({"ok", "error", "timeout", "rejected"})
 U32 = 2**32
 U63 = 2**63
 I31 = 2**31
-MAX_TEXT = 128
-MAX_NODE = 64
-
-_slug = re.compile(r"[a-z0-9][a-z0-9._-]{0,63}").fullmatch
+_slug = re.compile(rf"[a-z0-9][a-z0-9._-]{{0,{SLUG_MAX - 1}}}").fullmatch
 _hex64 = re.compile(r"[0-9a-f]{64}").fullmatch
 _uuid7 = re.compile(r"[0-9a-f]{8}-[0-9a-f]{4}-7[0-9a-f]{3}-[89ab][0-9a-f]{3}-[0-9a-f]{12}").fullmatch
 
@@ -102,6 +99,8 @@ def _text(value: Any, field: str, min_len: int, max_len: int) -> None:
         _fail(WRONG_TYPE, field, f"{field} must be a string")
     if not min_len <= len(value) <= max_len:
         _fail(INVALID_VALUE, field, f"{field} must be {min_len}..{max_len} characters long")
+    if has_forbidden_control(value):
+        _fail(INVALID_VALUE, field, f"{field} must not hold control characters other than tab and newline")
 
 
 def _slug_field(value: Any, field: str) -> None:
@@ -138,8 +137,8 @@ def _check_hops(hops: Any) -> None:
                 _fail(WRONG_TYPE, f"hops[{i}].layer", "hop layer must be a string")
             _fail(INVALID_VALUE, f"hops[{i}].layer", 'hop layer must be "L1", "L2" or "L3"')
         node = hop["node"]
-        if type(node) is not str or not 0 < len(node) <= MAX_NODE:
-            _text(node, f"hops[{i}].node", 1, MAX_NODE)
+        if type(node) is not str or not 0 < len(node) <= NODE_MAX or not node.isprintable():
+            _text(node, f"hops[{i}].node", 1, NODE_MAX)
         latency = hop["latency_us"]
         if type(latency) is not int or not 0 <= latency < U32:
             _uint(latency, f"hops[{i}].latency_us", U32)
@@ -188,11 +187,12 @@ def _check_outcome(outcome: Any) -> None:
     if type(outcome) is not dict:
         _fail(WRONG_TYPE, "outcome", "outcome must be null or an object")
     # Iterative walk (no recursion limit); paths are kept as (parent, key) chains and only
-    # rendered on failure.
-    stack: list[tuple[Any, tuple[Any, ...] | None]] = [(outcome, None)]
+    # rendered on failure. The JSON limits of every body (treemeter_records.limits) apply.
+    members = 0
+    stack: list[tuple[Any, tuple[Any, ...] | None, int]] = [(outcome, None, 0)]
     pop, push = stack.pop, stack.append
     while stack:
-        value, where = pop()
+        value, where, depth = pop()
         t = type(value)
         if t is str or t is bool or value is None:
             continue
@@ -203,14 +203,21 @@ def _check_outcome(outcome: Any) -> None:
                     _outcome_path(where),
                     "integers in outcome must fit in a signed 64-bit integer",
                 )
-        elif t is dict:
-            for key, item in value.items():
-                if type(key) is not str:
-                    _fail(WRONG_TYPE, _outcome_path(where), "outcome object keys must be strings")
-                push((item, (where, key)))
-        elif t is list:
-            for i, item in enumerate(value):
-                push((item, (where, i)))
+        elif t is dict or t is list:
+            depth += 1
+            members += len(value)
+            if depth > JSON_MAX_DEPTH:
+                _fail(INVALID_VALUE, "outcome", f"outcome nests deeper than {JSON_MAX_DEPTH} levels")
+            if members > JSON_MAX_MEMBERS:
+                _fail(INVALID_VALUE, "outcome", f"outcome holds more than {JSON_MAX_MEMBERS} members")
+            if t is dict:
+                for key, item in value.items():
+                    if type(key) is not str:
+                        _fail(WRONG_TYPE, _outcome_path(where), "outcome object keys must be strings")
+                    push((item, (where, key), depth))
+            else:
+                for i, item in enumerate(value):
+                    push((item, (where, i), depth))
         elif t is float:
             _fail(
                 WRONG_TYPE,
@@ -221,12 +228,11 @@ def _check_outcome(outcome: Any) -> None:
             _fail(WRONG_TYPE, _outcome_path(where), f"unsupported type {t.__name__} in outcome")
 
 
-def validate_record(rec: Any, now_ns: int | None = None, max_future_ns: int = 0) -> None:
+def validate_record(rec: Any) -> None:
     """Raise ``RecordError`` unless ``rec`` is a valid v1 record.
 
-    ``now_ns``/``max_future_ns``: when ``now_ns`` is given, ``start_ns``/``end_ns`` may be at most
-    ``max_future_ns`` after it (``timestamp_in_future``). Canonical form is not checked here
-    (see ``decode_record``).
+    Only the format is checked: whether a record's time lies in the window the platform accepts is the
+    platform's policy (ingest), and canonical form is checked by ``decode_record``.
     """
     if type(rec) is not dict:
         raise RecordError(MALFORMED_RECORD, None, "a record must be a JSON object")
@@ -251,8 +257,8 @@ def validate_record(rec: Any, now_ns: int | None = None, max_future_ns: int = 0)
     _slug_field(rec["contract"], "contract")
     _slug_field(rec["package"], "package")
     _slug_field(rec["sla_class"], "sla_class")
-    _text(rec["client_request_id"], "client_request_id", 0, MAX_TEXT)
-    _text(rec["model_id"], "model_id", 1, MAX_TEXT)
+    _text(rec["client_request_id"], "client_request_id", 0, TEXT_MAX)
+    _text(rec["model_id"], "model_id", 1, TEXT_MAX)
     weights = rec["weights_sha3"]
     if type(weights) is not str:
         _fail(WRONG_TYPE, "weights_sha3", "weights_sha3 must be a string")
@@ -290,12 +296,6 @@ def validate_record(rec: Any, now_ns: int | None = None, max_future_ns: int = 0)
         _fail(INCONSISTENT_TOTALS, "expert_tokens", "expert_tokens must equal the sum of experts' tokens")
     if prefix_hits > tokens_in:
         _fail(INCONSISTENT_TOTALS, "prefix_cache_hit_tokens", "prefix_cache_hit_tokens exceeds tokens_in")
-    if now_ns is not None:
-        limit = now_ns + max_future_ns
-        if start_ns > limit:
-            _fail(TIMESTAMP_IN_FUTURE, "start_ns", "start_ns is too far in the future")
-        if end_ns > limit:
-            _fail(TIMESTAMP_IN_FUTURE, "end_ns", "end_ns is too far in the future")
 
 
 def parse_record_line(line: bytes) -> dict[str, Any]:
@@ -315,7 +315,7 @@ def check_record_canonical(line: bytes, rec: dict[str, Any]) -> None:
         raise RecordError(NON_CANONICAL, None, "record line is not in canonical encoding")
 
 
-def decode_record(line: bytes, now_ns: int, max_future_ns: int) -> dict[str, Any]:
+def decode_record(line: bytes) -> dict[str, Any]:
     """Parse, validate and canonical-check one record line (ingest side).
 
     Validation runs before the canonical check so that agents get the precise reason
@@ -323,6 +323,6 @@ def decode_record(line: bytes, now_ns: int, max_future_ns: int) -> dict[str, Any
     escapes like ``\\u00e9`` or unsorted keys all end up as ``non_canonical``.
     """
     rec = parse_record_line(line)
-    validate_record(rec, now_ns, max_future_ns)
+    validate_record(rec)
     check_record_canonical(line, rec)
     return rec

@@ -150,12 +150,17 @@ CELERY_BEAT_SCHEDULE = {
     "contracts-quota-watch": {"task": "contracts.publish_exhausted_quotas", "schedule": 300.0},
     # The store audit: records in ClickHouse against the log (ledger.audit), hourly over a sliding window.
     "ledger-audit-store": {"task": "ledger.audit_store", "schedule": 3600.0},
+    # The ingest outbox: committed batches whose ClickHouse insert failed are stored again (ingest.services).
+    "ingest-store-pending": {"task": "ingest.store_pending", "schedule": 60.0},
 }
 
 # Ingest limits.
 INGEST_MAX_BATCH_BYTES = env.integer("INGEST_MAX_BATCH_BYTES", 32 * 1024 * 1024, minimum=1024)
 INGEST_MAX_BATCH_RECORDS = env.integer("INGEST_MAX_BATCH_RECORDS", 20_000, minimum=1)
+# The time window of records (docs/record-format.md): at most this far ahead of the platform's clock, and
+# no further back than the contract's late-usage horizon (late_usage_days under ignore_after), else this.
 INGEST_MAX_FUTURE_SKEW_SECONDS = env.integer("INGEST_MAX_FUTURE_SKEW_SECONDS", 300, minimum=0)
+INGEST_MAX_PAST_DAYS = env.integer("INGEST_MAX_PAST_DAYS", 35, minimum=1)
 DATA_UPLOAD_MAX_MEMORY_SIZE = INGEST_MAX_BATCH_BYTES + 1024
 
 # Stripe (billing.payments): empty key = invoices are not pushed; STRIPE_API_BASE points tests at a fake.

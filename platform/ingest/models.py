@@ -1,6 +1,9 @@
 from django.db import models
 
 from agents.models import Agent
+from treemeter_records.limits import FIELD_PATH_MAX, RECORD_ID_LENGTH
+
+from .rejections import REJECTED_ID_MAX
 
 
 class IngestBatch(models.Model):
@@ -72,9 +75,13 @@ class RejectedRecord(models.Model):
     batch = models.ForeignKey(IngestBatch, on_delete=models.CASCADE, related_name="rejected_records")
     agent = models.ForeignKey(Agent, on_delete=models.CASCADE, related_name="rejected_records")
     seq = models.BigIntegerField(null=True)
-    record_id = models.CharField(max_length=36, blank=True)
+    record_id = models.CharField(
+        max_length=REJECTED_ID_MAX,
+        blank=True,
+        help_text=f"As sent when it is at most {RECORD_ID_LENGTH} printable characters, else sha256:<hex>.",
+    )
     code = models.CharField(max_length=64)
-    field = models.CharField(max_length=64, blank=True)
+    field = models.CharField(max_length=FIELD_PATH_MAX, blank=True)
     message = models.TextField()
 
     class Meta:
@@ -82,3 +89,24 @@ class RejectedRecord(models.Model):
 
     def __str__(self) -> str:
         return f"{self.agent_id}:{self.seq} {self.code}"
+
+
+class PendingInsert(models.Model):
+    """The outbox between the two stores: a committed batch's accepted lines, not yet in ClickHouse.
+
+    Written in the ingest transaction, so ClickHouse only ever receives records whose answer, sequence
+    ranges and log leaves have committed. `ingest.services.store_pending` inserts the lines (with
+    `dedup_token`, so an insert repeated after a failure is dropped by the engine) and deletes the row.
+    """
+
+    batch = models.OneToOneField(IngestBatch, on_delete=models.CASCADE, related_name="pending_insert")
+    dedup_token = models.CharField(max_length=64)
+    lines = models.BinaryField(help_text="The accepted records' canonical lines, newline-separated.")
+    tenants = models.JSONField(help_text="The tenants whose usage these lines change.")
+    created_at = models.DateTimeField(auto_now_add=True)
+
+    class Meta:
+        ordering = ["pk"]
+
+    def __str__(self) -> str:
+        return f"pending {self.batch_id}"

@@ -1,32 +1,38 @@
-"""Ingest of signed record batches: verify, validate, deduplicate, store once, answer the same on replay.
+"""Ingest of signed record batches: verify, validate, deduplicate, log, then store once.
 
-Retry semantics: a batch is identified by the digest of its signed header. The first answer is stored
-with the batch, under a per-agent row lock, so a replayed batch (also several at once) gets exactly
-that answer back and stores nothing. Sequence numbers already stored for the agent are duplicates.
-A failure before commit stores nothing in PostgreSQL; the ClickHouse insert carries a deduplication
-token derived from the batch, so the retry after such a failure does not store the records twice.
-Accepted records are appended to the verifiable log (ledger.services.append_batch) in the same
-transaction, after the answer is saved: exactly once, in ingest order.
+PostgreSQL decides, ClickHouse follows. One transaction per batch locks the agent, sorts the records
+(accepted, duplicate, rejected), saves the answer, the sequence ranges, the rejections and the log's
+leaves, and writes the accepted lines to the outbox (`PendingInsert`). Only after that commit are the
+lines inserted into ClickHouse (`store_pending`), so the invariant of docs/ledger.md holds by design:
+every stored record is a leaf and every leaf a stored record, once each. A failure before the commit
+stores nothing anywhere; a failure after it leaves the outbox row, which the next `store_pending`
+(right after the next batch, the beat task `ingest.store_pending`, and every reader that bills or
+proves: invoices, SLA reports, exports, the store audit) inserts with the same deduplication token.
+
+Retry semantics: a batch is identified by the digest of its signed header. Its first answer is stored
+with it, under the per-agent row lock, so a replayed batch (also several at once) gets exactly that
+answer back and stores nothing. A seq already logged for the agent is a duplicate (same record id) or
+a `seq_conflict`; a record id already logged under another agent or seq is `record_id_reused`.
 """
 
 from __future__ import annotations
 
 import base64
 import hashlib
+import logging
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
-from clickhouse_connect.driver.exceptions import ClickHouseError
 from django.conf import settings
-from django.db import transaction
+from django.db import DatabaseError, IntegrityError, transaction
 from django.utils import timezone
 
-from agents.models import Agent
+from agents.models import Agent, AgentKey
 from agents.selectors import agent_scope, key_with_agent
-from clickhouse_store import query
 from contracts.models import Contract
+from ledger.models import LogLeaf
 from ledger.services import AcceptedRecord, append_batch, record_gap_events
 from treemeter_records import (
     BatchError,
@@ -36,12 +42,15 @@ from treemeter_records import (
     parse_batch,
     validate_batch_records,
 )
-from usage.cache import bump_data_versions
 
-from . import sequences
-from .models import IngestBatch, RejectedRecord, SequenceGap, SequenceRange
+from . import rejections, sequences
+from .models import IngestBatch, PendingInsert, RejectedRecord, SequenceGap, SequenceRange
+from .outbox import StoreUnavailable, store_pending
+from .rejections import rejection
 
-RECORDS_TABLE = "usage_records"
+_DAY_NS = 86_400 * 10**9
+
+logger = logging.getLogger(__name__)
 
 
 class IngestRefused(Exception):
@@ -61,6 +70,13 @@ class IngestAnswer:
     body: dict[str, Any]
 
 
+@dataclass(frozen=True)
+class _ContractTerms:
+    tenant: str
+    package: str
+    horizon_days: int
+
+
 @dataclass
 class _Sorted:
     accepted: list[tuple[int, bytes]] = field(default_factory=list)  # (seq, line)
@@ -71,6 +87,33 @@ class _Sorted:
 
 
 def ingest_batch(body: bytes, *, now: datetime | None = None) -> IngestAnswer:
+    """Take one signed batch; answer as docs/record-format.md says. Call it outside any transaction.
+
+    A database failure answers 503 `storage_unavailable` with nothing committed: the agent retries.
+    """
+    now = now or timezone.now()
+    try:
+        batch, key, leaves = _verified(body)
+        try:
+            answer, pending = _commit(key, batch, body, leaves, now)
+        except IntegrityError:
+            # Only a record id logged by a concurrent batch of another agent gets here (the unique leaf
+            # index waited for that batch's commit). Sorting again now finds it: `record_id_reused`.
+            answer, pending = _commit(key, batch, body, leaves, now)
+    except DatabaseError as error:
+        logger.warning("ingest transaction failed: %s", error)
+        raise IngestRefused(
+            503, "storage_unavailable", "The platform's database is unavailable; retry the batch."
+        ) from None
+    if pending is not None:
+        try:
+            store_pending([pending])
+        except StoreUnavailable as error:  # committed: the outbox keeps it for the next store_pending
+            logger.warning("batch %s stays in the outbox: %s", batch.header_digest, error)
+    return answer
+
+
+def _verified(body: bytes) -> tuple[ParsedBatch, AgentKey, list[bytes]]:
     if len(body) > settings.INGEST_MAX_BATCH_BYTES:
         raise IngestRefused(
             413, "batch_too_large", f"A batch may hold at most {settings.INGEST_MAX_BATCH_BYTES} bytes."
@@ -94,25 +137,25 @@ def ingest_batch(body: bytes, *, now: datetime | None = None) -> IngestAnswer:
         leaves = check_merkle_root(batch)
     except BatchError as error:
         raise IngestRefused(error.http_status, error.code, error.message) from None
+    return batch, key, leaves
 
-    now = now or timezone.now()
-    with transaction.atomic():
+
+def _commit(
+    key: AgentKey, batch: ParsedBatch, body: bytes, leaves: list[bytes], now: datetime
+) -> tuple[IngestAnswer, int | None]:
+    """The PostgreSQL side of one batch, in one durable transaction; returns the answer and the id of
+    the outbox row to store (None when nothing was accepted or the batch is a replay)."""
+    header = batch.header
+    with transaction.atomic(durable=True):
         agent = Agent.objects.select_for_update().get(pk=key.agent_id)
         previous = IngestBatch.objects.filter(agent=agent, header_digest=batch.header_digest).first()
         if previous is not None:
-            return IngestAnswer(previous.status_code, previous.response)
+            return IngestAnswer(previous.status_code, previous.response), None
         ranges = list(SequenceRange.objects.filter(agent=agent).values_list("first_seq", "last_seq"))
         try:
             result = _sort_records(agent, batch, ranges, now)
         except BatchError as error:
             raise IngestRefused(error.http_status, error.code, error.message) from None
-        if result.accepted:
-            try:
-                _store(agent.agent_id, batch.header_digest, result.accepted)
-            except ClickHouseError as error:  # nothing is committed: the agent retries the same batch
-                raise IngestRefused(503, "storage_unavailable", f"Usage store unavailable: {error}") from None
-            bump_data_versions({entry.tenant for entry in result.logged})
-            _advance_ranges(agent, ranges, [seq for seq, _ in result.accepted])
         answer = _answer(batch.header_digest, header, result)
         saved = IngestBatch.objects.create(
             agent=agent,
@@ -129,50 +172,53 @@ def ingest_batch(body: bytes, *, now: datetime | None = None) -> IngestAnswer:
             response=answer.body,
         )
         RejectedRecord.objects.bulk_create(
-            RejectedRecord(batch=saved, agent=agent, **rejection) for rejection in result.rejections
+            RejectedRecord(batch=saved, agent=agent, **rejected) for rejected in result.rejections
         )
+        if not result.accepted:
+            append_batch(saved, body, batch.header_bytes, batch.signature, leaves, result.line_seqs, [])
+            return answer, None
+        _advance_ranges(agent, ranges, [seq for seq, _ in result.accepted])
         append_batch(
             saved, body, batch.header_bytes, batch.signature, leaves, result.line_seqs, result.logged
         )
-    return answer
+        pending = PendingInsert.objects.create(
+            batch=saved,
+            dedup_token=_dedup_token(agent.agent_id, batch.header_digest, result.accepted),
+            lines=b"\n".join(line for _, line in result.accepted),
+            tenants=sorted({entry.tenant for entry in result.logged}),
+        )
+    return answer, pending.pk
+
+
+def _dedup_token(agent_id: str, header_digest: str, accepted: list[tuple[int, bytes]]) -> str:
+    return hashlib.sha256(
+        f"{agent_id}:{header_digest}:".encode() + b",".join(str(seq).encode() for seq, _ in accepted)
+    ).hexdigest()
 
 
 def _sort_records(agent: Agent, batch: ParsedBatch, ranges: list[sequences.Range], now: datetime) -> _Sorted:
     """Decide for each record: accepted, duplicate, or rejected with a reason code."""
-    checked = validate_batch_records(
-        batch,
-        now_ns=int(now.timestamp() * 1_000_000_000),
-        max_future_ns=settings.INGEST_MAX_FUTURE_SKEW_SECONDS * 1_000_000_000,
-    )
+    checked = validate_batch_records(batch)
     result = _Sorted()
     result.line_seqs = sorted(
         [seq for seq, _ in checked.valid] + [p["seq"] for p in checked.problems if p["seq"] is not None]
     )
     for problem in checked.problems:
         result.rejections.append(
-            _rejection(
-                problem["seq"],
-                problem["record_id"] or "",
-                problem["code"],
-                problem["field"],
-                problem["message"],
+            rejection(
+                problem["seq"], problem["record_id"], problem["code"], problem["field"], problem["message"]
             )
         )
     scope = agent_scope(agent.pk)
+    contracts = _contract_terms({record["contract"] for _, record in checked.valid})
+    now_ns = int(now.timestamp() * 1_000_000_000)
     candidates: list[tuple[int, str, bytes, AcceptedRecord]] = []  # (seq, record_id, line, log entry)
-    contract_codes = {record["contract"] for _, record in checked.valid}
-    contracts = {
-        code: (tenant, package)
-        for code, tenant, package in Contract.objects.filter(code__in=contract_codes).values_list(
-            "code", "tenant__code", "package__code"
-        )
-    }
     seen_ids: set[str] = set()
     for (seq, record), index in zip(checked.valid, checked.valid_index, strict=True):
         record_id = record["record_id"]
-        refusal = _policy_problem(record, contracts, scope.allows, seen_ids)
+        refusal = _policy_problem(record, contracts, scope.allows, seen_ids, now_ns)
         if refusal:
-            result.rejections.append(_rejection(seq, record_id, *refusal))
+            result.rejections.append(rejection(seq, record_id, *refusal))
             continue
         seen_ids.add(record_id)
         entry = AcceptedRecord(
@@ -181,63 +227,100 @@ def _sort_records(agent: Agent, batch: ParsedBatch, ranges: list[sequences.Range
         candidates.append((seq, record_id, batch.lines[index], entry))
 
     already = sequences.covered(ranges, [seq for seq, _, _, _ in candidates])
-    stored_ids = _stored_record_ids(agent.agent_id, sorted(already)) if already else {}
+    by_seq, by_id = _logged(agent, sorted(already), list(seen_ids))
     for seq, record_id, line, entry in candidates:
-        if seq not in already:
+        if seq in already:
+            if by_seq.get(seq) == record_id:
+                result.duplicate += 1
+            else:
+                message = f"seq {seq} is already stored with another record id."
+                result.rejections.append(rejection(seq, record_id, rejections.SEQ_CONFLICT, "seq", message))
+        elif record_id in by_id:
+            message = f"record id {record_id} is already stored under {by_id[record_id]}."
+            result.rejections.append(
+                rejection(seq, record_id, rejections.RECORD_ID_REUSED, "record_id", message)
+            )
+        else:
             result.accepted.append((seq, line))
             result.logged.append(entry)
-        elif stored_ids.get(seq) == record_id:
-            result.duplicate += 1
-        else:
-            result.rejections.append(
-                _rejection(
-                    seq,
-                    record_id,
-                    "seq_conflict",
-                    "seq",
-                    f"seq {seq} is already stored with another record id.",
-                )
-            )
     return result
+
+
+def _logged(agent: Agent, seqs: list[int], record_ids: list[str]) -> tuple[dict[int, str], dict[str, str]]:
+    """The log's record ids of this agent's `seqs`, and where each of `record_ids` is logged already
+    ("agent <id> seq <n>"): the log holds every stored record, committed, so no ClickHouse read is needed."""
+    by_seq = {
+        seq: str(record_id)
+        for seq, record_id in LogLeaf.objects.filter(agent=agent, seq__in=seqs).values_list(
+            "seq", "record_id"
+        )
+    }
+    by_id = {
+        str(record_id): f"agent {agent_id} seq {seq}"
+        for record_id, agent_id, seq in LogLeaf.objects.filter(record_id__in=record_ids).values_list(
+            "record_id", "agent__agent_id", "seq"
+        )
+    }
+    return by_seq, by_id
+
+
+def _contract_terms(codes: set[str]) -> dict[str, _ContractTerms]:
+    """Per contract code: its tenant, package, and how many days back its records are accepted."""
+    default_days = settings.INGEST_MAX_PAST_DAYS
+    return {
+        code: _ContractTerms(
+            tenant, package, late_days if policy == Contract.LateUsage.IGNORE_AFTER else default_days
+        )
+        for code, tenant, package, policy, late_days in Contract.objects.filter(code__in=codes).values_list(
+            "code", "tenant__code", "package__code", "late_usage_policy", "late_usage_days"
+        )
+    }
 
 
 def _policy_problem(
     record: dict[str, Any],
-    contracts: dict[str, tuple[str, str]],
+    contracts: dict[str, _ContractTerms],
     allows: Callable[[str, str], bool],
     seen_ids: set[str],
+    now_ns: int,
 ) -> tuple[str, str, str] | None:
     tenant, contract = record["tenant"], record["contract"]
-    if contract not in contracts or contracts[contract][0] != tenant:
-        return ("unknown_contract", "contract", f"Tenant {tenant} has no contract {contract}.")
-    if contracts[contract][1] != record["package"]:
-        return ("package_mismatch", "package", f"Contract {contract} is not for package {record['package']}.")
+    terms = contracts.get(contract)
+    if terms is None or terms.tenant != tenant:
+        return (rejections.UNKNOWN_CONTRACT, "contract", f"Tenant {tenant} has no contract {contract}.")
+    if terms.package != record["package"]:
+        return (
+            rejections.PACKAGE_MISMATCH,
+            "package",
+            f"Contract {contract} is not for package {record['package']}.",
+        )
     if not allows(tenant, contract):
-        return ("not_bound", "tenant", f"This agent is not bound to tenant {tenant} / contract {contract}.")
+        return (
+            rejections.NOT_BOUND,
+            "tenant",
+            f"This agent is not bound to tenant {tenant} / contract {contract}.",
+        )
     if record["record_id"] in seen_ids:
-        return ("duplicate_record_id", "record_id", "The record id appears twice in this batch.")
+        return (rejections.DUPLICATE_RECORD_ID, "record_id", "The record id appears twice in this batch.")
+    return _outside_window(record, terms.horizon_days, now_ns)
+
+
+def _outside_window(record: dict[str, Any], horizon_days: int, now_ns: int) -> tuple[str, str, str] | None:
+    """Records must start within the contract's horizon and end by now + the allowed skew, both on the
+    platform's clock (the agent's times corrected by its measured drift); docs/record-format.md says why."""
+    drift_ns = record["clock_drift_us"] * 1000
+    earliest = now_ns - horizon_days * _DAY_NS
+    latest = now_ns + settings.INGEST_MAX_FUTURE_SKEW_SECONDS * 10**9
+    if record["start_ns"] + drift_ns < earliest:
+        message = f"start_ns is more than {horizon_days} days before the platform's clock."
+        return (rejections.TIMESTAMP_OUT_OF_WINDOW, "start_ns", message)
+    for name in ("start_ns", "end_ns"):
+        if record[name] + drift_ns > latest:
+            message = (
+                f"{name} is more than {settings.INGEST_MAX_FUTURE_SKEW_SECONDS} s after the platform's clock."
+            )
+            return (rejections.TIMESTAMP_OUT_OF_WINDOW, name, message)
     return None
-
-
-def _rejection(seq: int | None, record_id: str, code: str, field_name: str, message: str) -> dict[str, Any]:
-    return {"seq": seq, "record_id": record_id, "code": code, "field": field_name or "", "message": message}
-
-
-def _stored_record_ids(agent_id: str, seqs: list[int]) -> dict[int, str]:
-    rows = query.select(
-        f"SELECT seq, toString(record_id) FROM {RECORDS_TABLE} "  # noqa: S608 - constant table name
-        "WHERE agent_id = {agent:String} AND seq IN {seqs:Array(UInt64)}",
-        {"agent": agent_id, "seqs": seqs},
-    )
-    return {int(seq): record_id for seq, record_id in rows}
-
-
-def _store(agent_id: str, header_digest: str, accepted: list[tuple[int, bytes]]) -> None:
-    """One insert per batch; the engine parses the canonical JSON lines itself."""
-    token = hashlib.sha256(
-        f"{agent_id}:{header_digest}:".encode() + b",".join(str(seq).encode() for seq, _ in accepted)
-    ).hexdigest()
-    query.insert_json_lines(RECORDS_TABLE, b"\n".join(line for _, line in accepted), dedup_token=token)
 
 
 def _advance_ranges(agent: Agent, before: list[sequences.Range], stored: list[int]) -> None:
@@ -268,6 +351,11 @@ def _answer(header_digest: str, header: dict[str, Any], result: _Sorted) -> Inge
         "rejections": result.rejections,
     }
     if result.rejections and not result.accepted and not result.duplicate:
-        body = {"code": "all_records_rejected", "message": "Every record in the batch was rejected.", **body}
+        body = {
+            "code": "all_records_rejected",
+            "message": "Every record in the batch was rejected.",
+            "details": {"rejected": len(result.rejections)},
+            **body,
+        }
         return IngestAnswer(422, body)
     return IngestAnswer(200, body)

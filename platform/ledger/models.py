@@ -49,11 +49,12 @@ class LogBatch(models.Model):
 
 
 class LogLeaf(models.Model):
-    """One accepted record in the log, at its position ``index``."""
+    """One accepted record in the log, at its position ``index``: each record id and each (agent, seq)
+    is logged once, so every leaf is one stored record and every stored record one leaf."""
 
     index = models.BigIntegerField(primary_key=True)
     leaf_hash = models.BinaryField()
-    record_id = models.UUIDField(db_index=True)
+    record_id = models.UUIDField(unique=True)
     tenant = models.CharField(max_length=64)
     contract = models.CharField(max_length=64)
     agent = models.ForeignKey(Agent, on_delete=models.PROTECT, related_name="log_leaves")
@@ -65,6 +66,7 @@ class LogLeaf(models.Model):
     class Meta:
         ordering = ["index"]
         indexes = [models.Index(fields=["tenant", "contract", "start_ns"])]
+        constraints = [models.UniqueConstraint(fields=["agent", "seq"], name="one_leaf_per_agent_seq")]
 
     def __str__(self) -> str:
         return f"#{self.index} {self.record_id}"

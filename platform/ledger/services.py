@@ -142,10 +142,12 @@ _LEAF_COLUMNS = (
 
 
 def _copy_leaves(rows: Iterable[tuple[Any, ...]]) -> None:
-    """COPY the leaf rows in (bulk_create spends ~100 µs per row building SQL; COPY a few)."""
+    """COPY the leaf rows in (bulk_create spends ~100 µs per row building SQL; COPY a few). A refused
+    row raises Django's database errors (IntegrityError for a record id or seq logged already)."""
     table = LogLeaf._meta.db_table
     with (
         connection.cursor() as cursor,
+        connection.wrap_database_errors,
         cursor.cursor.copy(f"COPY {table} ({', '.join(_LEAF_COLUMNS)}) FROM STDIN") as copy,
     ):
         for row in rows:

@@ -13,7 +13,8 @@ from django.test import Client
 
 from agents.services import revoke_key
 from clickhouse_store import query
-from ingest.models import IngestBatch, RejectedRecord, SequenceGap, SequenceRange
+from ingest.models import IngestBatch, PendingInsert, RejectedRecord, SequenceGap, SequenceRange
+from ingest.outbox import store_pending
 from tests.factories import ContractFactory, SigningAgent, signing_agent
 from treemeter_records import build_batch, private_key_from_seed
 
@@ -169,7 +170,7 @@ def test_timestamps_in_the_far_future_are_rejected(
     future = int((datetime.now(UTC) + timedelta(days=365)).timestamp()) * 10**9
     response = post(client, agent.batch([agent.record(contract, start_ns=future)]).body())
     assert_refused(response, 422, "all_records_rejected")
-    assert response.json()["rejections"][0]["code"] == "timestamp_in_future"
+    assert response.json()["rejections"][0]["code"] == "timestamp_out_of_window"
 
 
 def test_a_record_for_a_foreign_tenant_is_rejected(
@@ -266,7 +267,7 @@ def test_force_batch_helper_signs_like_build_batch(contract: Any, agent: Signing
     assert base64.b64decode(built.signature)
 
 
-def test_a_store_failure_is_a_retryable_503_and_commits_nothing(
+def test_records_wait_in_the_outbox_while_the_store_is_down(
     client: Client, contract: Any, agent: SigningAgent
 ) -> None:
     query.command("RENAME TABLE usage_records TO usage_records_away")
@@ -274,6 +275,7 @@ def test_a_store_failure_is_a_retryable_503_and_commits_nothing(
         response = post(client, agent.batch([agent.record(contract)]).body())
     finally:
         query.command("RENAME TABLE usage_records_away TO usage_records")
-    assert response.status_code == 503 and response.json()["code"] == "storage_unavailable"
-    assert not IngestBatch.objects.exists() and not SequenceRange.objects.exists()
-    assert post(client, agent.batch([agent.record(contract, seq=0)]).body()).json()["accepted"] == 1
+    assert response.status_code == 200 and response.json()["accepted"] == 1
+    assert stored_count() == 0 and PendingInsert.objects.count() == 1
+    assert store_pending() == 1
+    assert stored_count() == 1 and not PendingInsert.objects.exists()

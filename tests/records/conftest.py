@@ -53,7 +53,6 @@ FIXED_RECORD: dict[str, Any] = {
 FIXED_SEED = bytes(range(32))
 FIXED_CREATED_NS = 1735689601000000000
 # "Now" for ingest-side checks of the fixed records: a minute after they ended.
-NOW_NS = 1735689660000000000
 
 BodyMaker = Callable[..., bytes]
 

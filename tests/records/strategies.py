@@ -11,6 +11,8 @@ from hypothesis import strategies as st
 # characters, DEL, U+2028/2029, private use and astral characters.
 CHARS = st.characters(exclude_categories=["Cs"])
 TEXT = st.text(CHARS, max_size=24)
+# Identifiers (client_request_id, model_id, hop nodes) refuse control characters but tab and newline.
+IDENT_CHARS = st.characters(exclude_categories=["Cs", "Cc"]) | st.sampled_from(["\t", "\n"])
 SLUGS = st.from_regex(r"[a-z0-9][a-z0-9._-]{0,63}", fullmatch=True)
 I64 = st.integers(-(2**63), 2**63 - 1)
 
@@ -33,7 +35,7 @@ HOPS = st.lists(
     st.fixed_dictionaries(
         {
             "layer": st.sampled_from(["L1", "L2", "L3"]),
-            "node": st.text(CHARS, min_size=1, max_size=64),
+            "node": st.text(IDENT_CHARS, min_size=1, max_size=64),
             "latency_us": st.integers(0, 2**32 - 1),
         }
     ),
@@ -62,8 +64,8 @@ def records(draw: st.DrawFn) -> dict[str, Any]:
         "contract": draw(SLUGS),
         "package": draw(SLUGS),
         "sla_class": draw(SLUGS),
-        "client_request_id": draw(st.text(CHARS, max_size=128)),
-        "model_id": draw(st.text(CHARS, min_size=1, max_size=128)),
+        "client_request_id": draw(st.text(IDENT_CHARS, max_size=128)),
+        "model_id": draw(st.text(IDENT_CHARS, min_size=1, max_size=128)),
         "weights_sha3": draw(st.binary(min_size=32, max_size=32)).hex(),
         "start_ns": start,
         "end_ns": draw(st.integers(start, 2**63 - 1)),

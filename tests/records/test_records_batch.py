@@ -32,7 +32,7 @@ from treemeter_records import (
     verify_header,
 )
 
-from .conftest import FIXED_CREATED_NS, FIXED_RECORD, FIXED_SEED, NOW_NS, BodyMaker
+from .conftest import FIXED_CREATED_NS, FIXED_RECORD, FIXED_SEED, BodyMaker
 
 AGENT = FIXED_RECORD["agent_id"]
 FIXED_SEED_KEY = private_key_from_seed(FIXED_SEED)
@@ -43,7 +43,7 @@ def ingest(body: bytes, public_key: Any, max_records: int = 100) -> ParsedBatch:
     parsed = parse_batch(body, max_records)
     check_batch_signature(parsed, public_key)
     check_merkle_root(parsed)
-    validate_batch_records(parsed, NOW_NS, 0)
+    validate_batch_records(parsed)
     return parsed
 
 
@@ -231,7 +231,7 @@ def test_per_record_problems(make_body: BodyMaker) -> None:
     body = make_body(lines, {"first_seq": 10, "last_seq": 14})
     parsed = parse_batch(body, 10)
     check_merkle_root(parsed)
-    result = validate_batch_records(parsed, NOW_NS, 0)
+    result = validate_batch_records(parsed)
     assert [seq for seq, _ in result.valid] == [10, 14]
     assert result.valid_index == [0, 4]
     assert result.problems == [
@@ -265,19 +265,18 @@ def test_per_record_problems(make_body: BodyMaker) -> None:
 def test_unreadable_record_is_a_problem_not_a_batch_error(make_body: BodyMaker) -> None:
     recs = _records_with_seqs([1, 3])
     lines = [canonical_bytes(recs[0]), b"garbage", canonical_bytes(recs[1])]
-    result = validate_batch_records(
-        parse_batch(make_body(lines, {"first_seq": 1, "last_seq": 3}), 10), NOW_NS, 0
-    )
+    result = validate_batch_records(parse_batch(make_body(lines, {"first_seq": 1, "last_seq": 3}), 10))
     assert [p["code"] for p in result.problems] == ["malformed_record"]
     assert result.problems[0]["seq"] is None
     assert [seq for seq, _ in result.valid] == [1, 3]
 
 
-def test_future_record_is_a_problem(make_body: BodyMaker) -> None:
+def test_a_long_record_id_is_reported_whole_for_the_platform_to_keep(make_body: BodyMaker) -> None:
     recs = _records_with_seqs([1])
+    recs[0]["record_id"] = "x" * 65
     parsed = parse_batch(make_body([canonical_bytes(recs[0])], {"first_seq": 1, "last_seq": 1}), 10)
-    result = validate_batch_records(parsed, recs[0]["start_ns"] - 10**9, 10**6)
-    assert [p["code"] for p in result.problems] == ["timestamp_in_future"]
+    [problem] = validate_batch_records(parsed).problems
+    assert (problem["code"], problem["record_id"]) == ("invalid_value", "x" * 65)
 
 
 def test_build_batch_rules(three_records: list[dict[str, Any]], fixed_key: Ed25519PrivateKey) -> None:

@@ -19,8 +19,9 @@ from treemeter_records import (
     new_record_id,
     validate_record,
 )
+from treemeter_records.limits import JSON_MAX_DEPTH, JSON_MAX_MEMBERS
 
-from .conftest import FIXED_RECORD, NOW_NS
+from .conftest import FIXED_RECORD
 
 Mutation = Callable[[dict[str, Any]], Any]
 
@@ -141,7 +142,7 @@ CASES: list[tuple[str, Mutation, str, str | None]] = [
 def test_invalid_record(record: dict[str, Any], mutate: Mutation, code: str, field: str | None) -> None:
     mutate(record)
     with pytest.raises(RecordError) as info:
-        decode_record(_encode(record), NOW_NS, 0)
+        decode_record(_encode(record))
     assert (info.value.code, info.value.field) == (code, field)
     assert info.value.code in RECORD_ERROR_CODES
     with pytest.raises(RecordError) as info2:
@@ -152,7 +153,7 @@ def test_invalid_record(record: dict[str, Any], mutate: Mutation, code: str, fie
 @pytest.mark.parametrize("line", [b"", b"not json", b"[1,2]", b'"str"', b"null", b"{", b'{"v":1}}', b"\xff"])
 def test_malformed_record(line: bytes) -> None:
     with pytest.raises(RecordError) as info:
-        decode_record(line, NOW_NS, 0)
+        decode_record(line)
     assert info.value.code == "malformed_record"
 
 
@@ -167,10 +168,10 @@ def test_non_canonical(record: dict[str, Any]) -> None:
         line.replace(b"edge-fra-1", b"edge\\u002dfra-1", 1),
         line + b"\r",
     ]
-    assert decode_record(line, NOW_NS, 0) == record
+    assert decode_record(line) == record
     for variant in variants:
         with pytest.raises(RecordError) as info:
-            decode_record(variant, NOW_NS, 0)
+            decode_record(variant)
         assert info.value.code == "non_canonical", variant
 
 
@@ -178,21 +179,55 @@ def test_negative_zero_is_non_canonical(record: dict[str, Any]) -> None:
     record["clock_drift_us"] = 0
     line = canonical_bytes(record).replace(b'"clock_drift_us":0', b'"clock_drift_us":-0')
     with pytest.raises(RecordError) as info:
-        decode_record(line, NOW_NS, 0)
+        decode_record(line)
     assert info.value.code == "non_canonical"
 
 
-def test_timestamp_in_future(record: dict[str, Any]) -> None:
-    line = canonical_bytes(record)
-    end = record["end_ns"]
-    assert decode_record(line, end, 0) == record  # exactly at the limit is fine
-    assert decode_record(line, end - 5, 5) == record
+@pytest.mark.parametrize("name", ["client_request_id", "model_id"])
+@pytest.mark.parametrize("char", ["\x00", "\x1b", "\r", "\x7f"])
+def test_control_characters_are_refused_in_identifiers(record: dict[str, Any], name: str, char: str) -> None:
+    record[name] = f"req{char}1"
     with pytest.raises(RecordError) as info:
-        decode_record(line, end - 6, 5)
-    assert (info.value.code, info.value.field) == ("timestamp_in_future", "end_ns")
+        validate_record(record)
+    assert (info.value.code, info.value.field) == ("invalid_value", name)
+
+
+def test_tab_and_newline_are_allowed_in_identifiers(record: dict[str, Any]) -> None:
+    record["client_request_id"] = "req\t1\nline two"
+    validate_record(record)
+
+
+def test_a_control_character_in_a_hop_node_is_refused(record: dict[str, Any]) -> None:
+    record["hops"][0]["node"] = "gpu\x00"
     with pytest.raises(RecordError) as info:
-        decode_record(line, record["start_ns"] - 10**9, 0)
-    assert (info.value.code, info.value.field) == ("timestamp_in_future", "start_ns")
+        validate_record(record)
+    assert (info.value.code, info.value.field) == ("invalid_value", "hops[0].node")
+
+
+def _nested(depth: int) -> dict[str, Any]:
+    outcome: dict[str, Any] = {"leaf": 1}
+    for _ in range(depth - 1):
+        outcome = {"a": outcome}
+    return outcome
+
+
+def test_outcome_nesting_is_limited_to_json_max_depth(record: dict[str, Any]) -> None:
+    record["outcome"] = _nested(JSON_MAX_DEPTH)
+    validate_record(record)
+    record["outcome"] = _nested(JSON_MAX_DEPTH + 1)
+    with pytest.raises(RecordError) as info:
+        validate_record(record)
+    assert (info.value.code, info.value.field) == ("invalid_value", "outcome")
+    assert f"deeper than {JSON_MAX_DEPTH}" in info.value.message
+
+
+def test_outcome_members_are_limited(record: dict[str, Any]) -> None:
+    record["outcome"] = {"items": list(range(JSON_MAX_MEMBERS - 1))}
+    validate_record(record)
+    record["outcome"] = {"items": list(range(JSON_MAX_MEMBERS))}
+    with pytest.raises(RecordError) as info:
+        validate_record(record)
+    assert (info.value.code, info.value.field) == ("invalid_value", "outcome")
 
 
 def test_every_field_is_required(record: dict[str, Any]) -> None:
@@ -225,13 +260,13 @@ def test_boundaries_accepted(record: dict[str, Any]) -> None:
         contract="0" * 64,
         hops=[{"layer": "L3", "node": "n" * 64, "latency_us": 2**32 - 1}],
     )
-    assert decode_record(canonical_bytes(record), 2**63, 0) == record
+    assert decode_record(canonical_bytes(record)) == record
     record.update(clock_drift_us=2**31 - 1, client_request_id="", outcome={})
     validate_record(record)
 
 
 def test_every_code_has_a_case() -> None:
-    covered = {c[2] for c in CASES} | {"malformed_record", "non_canonical", "timestamp_in_future"}
+    covered = {c[2] for c in CASES} | {"malformed_record", "non_canonical"}
     assert covered == RECORD_ERROR_CODES
 
 

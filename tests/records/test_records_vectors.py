@@ -21,7 +21,7 @@ from treemeter_records import (
     validate_batch_records,
 )
 
-from .conftest import FIXED_CREATED_NS, NOW_NS
+from .conftest import FIXED_CREATED_NS
 
 FIXED_CANONICAL = (
     b'{"agent_id":"agent-eu1.gpu-07","client_request_id":"req-\xce\xa9-7\xc3\xa9\\n\\"q\\"",'
@@ -74,7 +74,7 @@ def test_fixed_record_leaf_hash(record: dict[str, Any]) -> None:
 
 
 def test_fixed_record_decodes_to_itself(record: dict[str, Any]) -> None:
-    assert decode_record(FIXED_CANONICAL, NOW_NS, 0) == record
+    assert decode_record(FIXED_CANONICAL) == record
 
 
 def test_seed_key(fixed_key: Ed25519PrivateKey) -> None:
@@ -110,7 +110,7 @@ def test_fixed_batch(three_records: list[dict[str, Any]], fixed_key: Ed25519Priv
     assert parsed.header_digest == BATCH_HEADER_DIGEST
     check_batch_signature(parsed, fixed_key.public_key())
     check_merkle_root(parsed)
-    result = validate_batch_records(parsed, NOW_NS, 0)
+    result = validate_batch_records(parsed)
     assert result.problems == []
     assert [seq for seq, _ in result.valid] == [42, 43, 45]
     assert [rec for _, rec in result.valid] == three_records
