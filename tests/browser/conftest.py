@@ -3,6 +3,9 @@
 The server runs in this process (pytest-django's `live_server`, a thread): chDB allows one process per
 data path, so the records the tests ingest and the pages that chart them share one engine. Every step
 is photographed into var/test-output/screenshots/<test>/ (or $TREEMETER_SCREENSHOTS/<test>/).
+
+Chromium draws Chinese with the project's one CJK font (config.cjk_font, from its pip package), given to it
+through a fontconfig file of its own: no apt font package is needed.
 """
 
 from __future__ import annotations
@@ -14,8 +17,11 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
+from xml.sax.saxutils import escape
 
 import pytest
+
+from config.cjk_font import cjk_font_path
 
 if TYPE_CHECKING:
     from playwright.sync_api import Browser, Page
@@ -64,8 +70,22 @@ class Shots:
         return path
 
 
+def fontconfig_file(folder: Path) -> Path:
+    """A fontconfig setup for Chromium: the machine's own fonts plus the folder of the project's CJK font."""
+    folder.mkdir(parents=True, exist_ok=True)
+    conf = folder / "fonts.conf"
+    conf.write_text(
+        '<?xml version="1.0"?>\n<!DOCTYPE fontconfig SYSTEM "urn:fontconfig:fonts.dtd">\n<fontconfig>\n'
+        '  <include ignore_missing="yes">/etc/fonts/fonts.conf</include>\n'
+        f"  <dir>{escape(str(cjk_font_path().parent))}</dir>\n"
+        f"  <cachedir>{escape(str(folder / 'cache'))}</cachedir>\n"
+        "</fontconfig>\n"
+    )
+    return conf
+
+
 @pytest.fixture(scope="session")
-def browser(django_db_setup: None) -> Iterator[Browser]:
+def browser(django_db_setup: None, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Browser]:
     """Chromium for the session. Playwright's sync API keeps an event loop running in this thread while
     it lives; the tests' own ORM calls (seeding, assertions, the database flush) are plain synchronous
     calls all the same, so Django's async guard is lifted for exactly that long. The test database is
@@ -76,8 +96,12 @@ def browser(django_db_setup: None) -> Iterator[Browser]:
     os.environ["DJANGO_ALLOW_ASYNC_UNSAFE"] = "true"
     try:
         with sync_playwright() as playwright:
+            fonts = fontconfig_file(tmp_path_factory.mktemp("fontconfig"))
             chromium = playwright.chromium.launch(
-                executable_path=str(CHROMIUM), headless=True, args=["--no-sandbox", "--disable-dev-shm-usage"]
+                executable_path=str(CHROMIUM),
+                headless=True,
+                args=["--no-sandbox", "--disable-dev-shm-usage"],
+                env={**os.environ, "FONTCONFIG_FILE": str(fonts)},
             )
             yield chromium
             chromium.close()
