@@ -29,9 +29,10 @@ def agent(contract: Any) -> SigningAgent:
     return signing_agent(contract)
 
 
-def signed(agent: SigningAgent, records: list[dict[str, Any]]) -> bytes:
-    """Sign records that build_batch would refuse (an agent with a bug or an attacker's key)."""
-    lines = [canonical_bytes(r) for r in records]
+def signed(agent: SigningAgent, records: list[dict[str, Any]], lines: list[bytes] | None = None) -> bytes:
+    """Sign records that build_batch would refuse (an agent with a bug or an attacker's key), or the
+    raw `lines` given for them."""
+    lines = lines or [canonical_bytes(r) for r in records]
     header = {
         "v": 1,
         "agent_id": agent.agent_id,
