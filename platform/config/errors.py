@@ -5,13 +5,17 @@ from __future__ import annotations
 import logging
 from typing import Any
 
+from django.conf import settings
 from django.core.exceptions import PermissionDenied as DjangoPermissionDenied
+from django.core.exceptions import RequestDataTooBig
 from django.core.exceptions import ValidationError as DjangoValidationError
 from django.db import DataError
 from django.http import Http404, HttpRequest, HttpResponse, JsonResponse
 from django.views import defaults
 from rest_framework import exceptions, status
 from rest_framework.response import Response
+
+from treemeter_records.limits import JSON_MAX_DEPTH, JSON_MAX_MEMBERS
 
 logger = logging.getLogger(__name__)
 
@@ -27,6 +31,30 @@ class ApiError(Exception):
         self.code = code
         self.message = message
         self.details = details or {}
+
+
+class MalformedJson(ApiError):
+    """A body that is not JSON, or JSON over the nesting or member limit (config.parsers)."""
+
+    http_status = 400
+
+    def __init__(self, reason: str) -> None:
+        super().__init__(
+            "malformed_json",
+            f"The body is not acceptable JSON: {reason}.",
+            {"reason": reason, "max_depth": JSON_MAX_DEPTH, "max_members": JSON_MAX_MEMBERS},
+        )
+
+
+class RequestTooLarge(ApiError):
+    """A body over a size limit: the JSON limit (config.parsers) or Django's DATA_UPLOAD_MAX_MEMORY_SIZE."""
+
+    http_status = 413
+
+    def __init__(self, limit: int) -> None:
+        super().__init__(
+            "request_too_large", f"A request body may hold at most {limit} bytes.", {"max_bytes": limit}
+        )
 
 
 def error_response(
@@ -67,6 +95,8 @@ def api_exception_handler(exc: Exception, context: dict[str, Any]) -> Response |
     # Imported here: rest_framework.views loads the DRF settings, whose classes import ApiError.
     from rest_framework.views import exception_handler
 
+    if isinstance(exc, RequestDataTooBig):
+        exc = RequestTooLarge(settings.DATA_UPLOAD_MAX_MEMORY_SIZE)
     if isinstance(exc, ApiError):
         return Response(_body(exc.code, exc.message, exc.details), status=exc.http_status)
     exc = _translated(exc)
@@ -122,6 +152,17 @@ def not_found(request: HttpRequest, exception: Exception | None = None) -> HttpR
     if request.path.startswith("/v1/"):
         return error_response(404, "not_found", "No such resource.", {"path": request.path})
     return defaults.page_not_found(request, exception or Http404())
+
+
+def bad_request(request: HttpRequest, exception: Exception | None = None) -> HttpResponse:
+    """handler400 (Django's refusals before a view runs, e.g. a body over DATA_UPLOAD_MAX_MEMORY_SIZE):
+    API clients get the standard JSON error (413 for a body too large), pages Django's."""
+    if not request.path.startswith("/v1/"):
+        return defaults.bad_request(request, exception or Exception())
+    if isinstance(exception, RequestDataTooBig):
+        too_large = RequestTooLarge(settings.DATA_UPLOAD_MAX_MEMORY_SIZE)
+        return error_response(too_large.http_status, too_large.code, too_large.message, too_large.details)
+    return error_response(400, "bad_request", "The request could not be read.")
 
 
 def server_error(request: HttpRequest) -> HttpResponse:

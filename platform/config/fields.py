@@ -6,6 +6,10 @@ from typing import Any
 
 from rest_framework import serializers
 
+from treemeter_records.limits import has_forbidden_control
+
+CONTROL_MESSAGE = "Control characters (other than tab and newline) are not allowed."
+
 
 class StrictCharField(serializers.CharField):
     """Text only: DRF's CharField turns a JSON number or boolean into a string; this one refuses it."""
@@ -27,3 +31,17 @@ class StrictBooleanField(serializers.BooleanField):
         if not isinstance(data, bool):
             self.fail("not_a_boolean")
         return data
+
+
+def refuse_control_characters(value: str) -> None:
+    """Identifiers (codes, names, client ids) hold no control character other than tab and newline."""
+    if has_forbidden_control(value):
+        raise serializers.ValidationError(CONTROL_MESSAGE, code="control_character")
+
+
+class IdentifierField(StrictCharField):
+    """A code, name or client-chosen id: a string (StrictCharField) without control characters."""
+
+    def __init__(self, **kwargs: Any) -> None:
+        super().__init__(**kwargs)
+        self.validators.append(refuse_control_characters)

@@ -43,6 +43,8 @@ INSTALLED_APPS = [
 MIDDLEWARE = [
     "django.middleware.security.SecurityMiddleware",
     "whitenoise.middleware.WhiteNoiseMiddleware",
+    # Every /v1/ error answer in the standard shape, whoever made it; control characters in paths refused.
+    "config.middleware.ApiErrorMiddleware",
     "django.contrib.sessions.middleware.SessionMiddleware",
     "django.middleware.locale.LocaleMiddleware",
     "django.middleware.common.CommonMiddleware",
@@ -162,6 +164,8 @@ INGEST_MAX_BATCH_RECORDS = env.integer("INGEST_MAX_BATCH_RECORDS", 20_000, minim
 INGEST_MAX_FUTURE_SKEW_SECONDS = env.integer("INGEST_MAX_FUTURE_SKEW_SECONDS", 300, minimum=0)
 INGEST_MAX_PAST_DAYS = env.integer("INGEST_MAX_PAST_DAYS", 35, minimum=1)
 DATA_UPLOAD_MAX_MEMORY_SIZE = INGEST_MAX_BATCH_BYTES + 1024
+# Every other JSON body (REST and agent requests; config.parsers): at most this many bytes, else 413.
+API_JSON_MAX_BYTES = env.integer("API_JSON_MAX_BYTES", 1024 * 1024, minimum=1024)
 
 # Stripe (billing.payments): empty key = invoices are not pushed; STRIPE_API_BASE points tests at a fake.
 STRIPE_API_KEY = env.text("STRIPE_API_KEY", "")
@@ -189,7 +193,8 @@ REST_FRAMEWORK = {
         "rest_framework.permissions.IsAuthenticated",
         "accounts.permissions.TenantRolePermission",
     ],
-    "DEFAULT_PARSER_CLASSES": ["rest_framework.parsers.JSONParser"],
+    # The only parser: orjson with the size, nesting and member limits (config.parsers, docs/api.md).
+    "DEFAULT_PARSER_CLASSES": ["config.parsers.JsonParser"],
     "DEFAULT_PAGINATION_CLASS": "config.pagination.CursorPage",
     "PAGE_SIZE": 50,
     "DEFAULT_THROTTLE_CLASSES": [

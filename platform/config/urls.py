@@ -10,6 +10,7 @@ from entitlements import views as entitlements_views
 from ingest.views import ingest_batches
 
 # /v1/… answers errors as JSON {code, message, details} even for URLs no route matches.
+handler400 = "config.errors.bad_request"
 handler404 = "config.errors.not_found"
 handler500 = "config.errors.server_error"
 

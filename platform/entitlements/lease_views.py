@@ -6,7 +6,6 @@ SHA-256 included; the signature is the authentication, so no session or CSRF app
 
 from __future__ import annotations
 
-import json
 import time
 import uuid
 from datetime import datetime
@@ -22,6 +21,8 @@ from agents.models import AgentKey
 from agents.selectors import key_with_agent
 from compute_agents import protocol
 from config.errors import ApiError, error_response
+from config.fields import IdentifierField
+from config.parsers import read_json
 from treemeter_records import public_key_from_b64
 
 from .leases import LeaseAnswer, grant_lease, lease_state, settle_lease
@@ -31,10 +32,10 @@ REQUEST_WINDOW_NS = 300 * 10**9
 
 class GrantSerializer(serializers.Serializer):
     key_hash = serializers.RegexField(r"^[0-9a-f]{64}$")
-    period = serializers.CharField(max_length=7)
+    period = IdentifierField(max_length=7)
     tokens = serializers.IntegerField(min_value=1, max_value=2**62)
     min_tokens = serializers.IntegerField(min_value=1, max_value=2**62)
-    request_id = serializers.CharField(min_length=8, max_length=64)
+    request_id = IdentifierField(min_length=8, max_length=64)
 
 
 class SettleSerializer(serializers.Serializer):
@@ -79,10 +80,7 @@ def signed_agent_key(request: HttpRequest) -> AgentKey | JsonResponse:
 
 
 def _validated(request: HttpRequest, serializer_class: type[serializers.Serializer]) -> dict[str, Any]:
-    try:
-        data = json.loads(request.body)
-    except ValueError:
-        raise ApiError("invalid_json", "The body must be a JSON object.") from None
+    data = read_json(request)  # 400 malformed_json or 413 request_too_large, as every JSON body
     serializer = serializer_class(data=data if isinstance(data, dict) else {})
     if not serializer.is_valid():
         raise ApiError("invalid_lease_request", "The request has invalid fields.", serializer.errors)
