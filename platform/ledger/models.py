@@ -8,6 +8,7 @@ from django.db import models
 from accounts.models import Tenant
 from agents.models import Agent
 from ingest.models import IngestBatch
+from treemeter_records.limits import SLUG_MAX
 
 # Perfect subtree hashes are stored on every STRATUM-th level (4, 8, 12, ...): any subtree hash then
 # needs at most 2**STRATUM reads from the stratum below, and the log stores ~1/15 node row per leaf.
@@ -55,8 +56,8 @@ class LogLeaf(models.Model):
     index = models.BigIntegerField(primary_key=True)
     leaf_hash = models.BinaryField()
     record_id = models.UUIDField(unique=True)
-    tenant = models.CharField(max_length=64)
-    contract = models.CharField(max_length=64)
+    tenant = models.CharField(max_length=SLUG_MAX)
+    contract = models.CharField(max_length=SLUG_MAX)
     agent = models.ForeignKey(Agent, on_delete=models.PROTECT, related_name="log_leaves")
     seq = models.BigIntegerField()
     start_ns = models.BigIntegerField()
@@ -188,8 +189,8 @@ class BillingExclusion(models.Model):
 
     dispute = models.ForeignKey(Dispute, on_delete=models.PROTECT, related_name="exclusions")
     record_id = models.UUIDField(unique=True)
-    tenant = models.CharField(max_length=64)
-    contract = models.CharField(max_length=64)
+    tenant = models.CharField(max_length=SLUG_MAX)
+    contract = models.CharField(max_length=SLUG_MAX)
     start_ns = models.BigIntegerField()
     created_at = models.DateTimeField(auto_now_add=True)
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from datetime import UTC, datetime
 from typing import Any
 
@@ -41,3 +42,9 @@ def assert_stores_agree() -> int:
     assert log_state().size == len(logged)
     assert audit_window(EPOCH, FAR) == []
     return len(stored)
+
+
+def any_line(record: dict[str, Any]) -> bytes:
+    """The canonical layout for any JSON value, floats and integers beyond 64 bits included
+    (canonical_bytes refuses those, but an attacker's line may carry them)."""
+    return json.dumps(record, sort_keys=True, separators=(",", ":"), ensure_ascii=False).encode()

@@ -3,7 +3,6 @@ batch, and both stores and the log agree after every answer."""
 
 from __future__ import annotations
 
-import json
 from typing import Any
 
 import pytest
@@ -14,7 +13,7 @@ from hypothesis import strategies as st
 from ingest.models import IngestBatch
 from ledger.models import LogLeaf
 from tests.factories import ContractFactory, SigningAgent, signing_agent
-from tests.ingest.support import assert_stores_agree, post, stored_ids
+from tests.ingest.support import any_line, assert_stores_agree, post, stored_ids
 from tests.ingest.test_ingest_integrity import signed
 from treemeter_records import RECORD_FIELDS, canonical_bytes
 
@@ -72,7 +71,7 @@ class Fuzzer:
         if kind == "field":
             record = records[mutation[1] % count]
             record[mutation[2]] = mutation[3]
-            return signed(self.agent, records, [_line(r) for r in records])
+            return signed(self.agent, records, [any_line(r) for r in records])
         if kind == "deep_outcome":  # written as bytes: no encoder nests 100,000 deep
             index = mutation[1] % count
             records[index]["outcome"] = "deep"
@@ -90,12 +89,6 @@ class Fuzzer:
             return self.sent[mutation[1] % len(self.sent)][0]
         self.sent.append((body, records))
         return body
-
-
-def _line(record: dict[str, Any]) -> bytes:
-    """The canonical layout for any JSON value, integers beyond 64 bits included (canonical_bytes
-    refuses those, but an attacker's line may carry them)."""
-    return json.dumps(record, sort_keys=True, separators=(",", ":"), ensure_ascii=False).encode()
 
 
 @pytest.fixture
