@@ -160,7 +160,7 @@ CELERY_BEAT_SCHEDULE = {
 INGEST_MAX_BATCH_BYTES = env.integer("INGEST_MAX_BATCH_BYTES", 32 * 1024 * 1024, minimum=1024)
 INGEST_MAX_BATCH_RECORDS = env.integer("INGEST_MAX_BATCH_RECORDS", 20_000, minimum=1)
 # The time window of records (docs/record-format.md): at most this far ahead of the platform's clock, and
-# no further back than the contract's late-usage horizon (late_usage_days under ignore_after), else this.
+# no further back than this, or the contract's late-usage horizon when longer (late_usage_days, ignore_after).
 INGEST_MAX_FUTURE_SKEW_SECONDS = env.integer("INGEST_MAX_FUTURE_SKEW_SECONDS", 300, minimum=0)
 INGEST_MAX_PAST_DAYS = env.integer("INGEST_MAX_PAST_DAYS", 35, minimum=1)
 DATA_UPLOAD_MAX_MEMORY_SIZE = INGEST_MAX_BATCH_BYTES + 1024

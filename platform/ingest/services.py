@@ -265,11 +265,15 @@ def _logged(agent: Agent, seqs: list[int], record_ids: list[str]) -> tuple[dict[
 
 
 def _contract_terms(codes: set[str]) -> dict[str, _ContractTerms]:
-    """Per contract code: its tenant, package, and how many days back its records are accepted."""
+    """Per contract code: its tenant, package, and how many days back its records are accepted: the
+    platform's INGEST_MAX_PAST_DAYS, or the contract's late-usage horizon (`late_usage_days` under
+    `ignore_after`) when that is longer, so late records its policy reports are never refused."""
     default_days = settings.INGEST_MAX_PAST_DAYS
     return {
         code: _ContractTerms(
-            tenant, package, late_days if policy == Contract.LateUsage.IGNORE_AFTER else default_days
+            tenant,
+            package,
+            max(default_days, late_days) if policy == Contract.LateUsage.IGNORE_AFTER else default_days,
         )
         for code, tenant, package, policy, late_days in Contract.objects.filter(code__in=codes).values_list(
             "code", "tenant__code", "package__code", "late_usage_policy", "late_usage_days"
