@@ -1,5 +1,6 @@
 from __future__ import annotations
 
+from datetime import datetime
 from typing import Any
 
 from django.db.models import QuerySet
@@ -17,7 +18,8 @@ from rest_framework.views import APIView
 
 from accounts.access import WRITE_ANY, principal_of
 from config.errors import error_response
-from config.fields import StrictCharField
+from config.fields import IdentifierField, StrictCharField
+from config.filters import ListFilter, code_filter
 from contracts.models import Contract
 from contracts.services import check_currency
 
@@ -75,12 +77,21 @@ class InvoiceSummarySerializer(InvoiceSerializer):
         fields = [f for f in InvoiceSerializer.Meta.fields if f != "lines"]
 
 
-class InvoiceFilter(serializers.Serializer):
+class InvoiceFilter(ListFilter):
     status = serializers.ChoiceField(choices=Invoice.Status.choices, required=False)
     period = serializers.RegexField(
         r"^\d{4}-\d{2}$", required=False, help_text="YYYY-MM: the period's month."
     )
-    contract = serializers.CharField(required=False, help_text="A contract code.")
+    contract = code_filter("A contract code.")
+
+    lookups = {"status": "status", "period": "period_start", "contract": "contract__code"}
+
+    def validate_period(self, value: str) -> datetime:
+        """The month's first instant (UTC), which is the period start of its invoices."""
+        try:
+            return month_bounds(value)[0]
+        except ValueError as error:
+            raise ValidationError(str(error)) from None
 
 
 @extend_schema_view(get=extend_schema(parameters=[InvoiceFilter]))
@@ -90,21 +101,7 @@ class InvoiceListView(generics.ListAPIView):
     serializer_class = InvoiceSummarySerializer
 
     def get_queryset(self) -> QuerySet[Invoice]:
-        filters = InvoiceFilter(data=self.request.query_params.dict())
-        filters.is_valid(raise_exception=True)
-        data = filters.validated_data
-        invoices = visible_invoices(principal_of(self.request).tenant_id)
-        if "status" in data:
-            invoices = invoices.filter(status=data["status"])
-        if "contract" in data:
-            invoices = invoices.filter(contract__code=data["contract"])
-        if "period" in data:
-            try:
-                start, _ = month_bounds(data["period"])
-            except ValueError as error:
-                raise ValidationError({"period": [str(error)]}) from None
-            invoices = invoices.filter(period_start=start)
-        return invoices
+        return InvoiceFilter.narrow(visible_invoices(principal_of(self.request).tenant_id), self.request)
 
 
 class CreditNoteSerializer(serializers.ModelSerializer):
@@ -130,9 +127,11 @@ class CreditNoteSerializer(serializers.ModelSerializer):
         ]
 
 
-class CreditNoteFilter(serializers.Serializer):
-    invoice = serializers.IntegerField(required=False)
-    contract = serializers.CharField(required=False, help_text="A contract code.")
+class CreditNoteFilter(ListFilter):
+    invoice = serializers.IntegerField(required=False, min_value=1, max_value=2**63 - 1)
+    contract = code_filter("A contract code.")
+
+    lookups = {"invoice": "invoice_id", "contract": "invoice__contract__code"}
 
 
 @extend_schema_view(get=extend_schema(parameters=[CreditNoteFilter]))
@@ -142,14 +141,8 @@ class CreditNoteListView(generics.ListAPIView):
     serializer_class = CreditNoteSerializer
 
     def get_queryset(self) -> QuerySet[Note]:
-        filters = CreditNoteFilter(data=self.request.query_params.dict())
-        filters.is_valid(raise_exception=True)
         notes = visible_credit_notes(principal_of(self.request).tenant_id)
-        if "invoice" in filters.validated_data:
-            notes = notes.filter(invoice_id=filters.validated_data["invoice"])
-        if "contract" in filters.validated_data:
-            notes = notes.filter(invoice__contract__code=filters.validated_data["contract"])
-        return notes
+        return CreditNoteFilter.narrow(notes, self.request)
 
 
 class CreditNoteDetailView(generics.RetrieveAPIView):
@@ -172,10 +165,8 @@ class InvoiceDetailView(generics.RetrieveAPIView):
 
 class CreditGrantSerializer(serializers.Serializer):
     amount = serializers.DecimalField(max_digits=20, decimal_places=2)
-    currency = serializers.CharField()
-    reference = serializers.CharField(
-        max_length=100, help_text="Idempotency key: a retry returns the first grant."
-    )
+    currency = IdentifierField()
+    reference = IdentifierField(max_length=100, help_text="Idempotency key: a retry returns the first grant.")
 
 
 class CreditGrantView(APIView):
@@ -261,17 +252,19 @@ class OutcomeReadSerializer(serializers.ModelSerializer):
         ]
 
 
-class OutcomeFilter(serializers.Serializer):
+class OutcomeFilter(ListFilter):
     status = serializers.ChoiceField(choices=Outcome.Status.choices, required=False)
-    contract = serializers.CharField(required=False, help_text="A contract code.")
+    contract = code_filter("A contract code.")
+
+    lookups = {"status": "status", "contract": "contract__code"}
 
 
 class OutcomeSerializer(serializers.Serializer):
-    contract = serializers.CharField()
-    ref = serializers.CharField(max_length=128)
-    type = serializers.CharField(max_length=64)
+    contract = IdentifierField(max_length=64)
+    ref = IdentifierField(max_length=128)
+    type = IdentifierField(max_length=64)
     value = serializers.DecimalField(max_digits=20, decimal_places=6)
-    currency = serializers.CharField(required=False)
+    currency = IdentifierField(required=False)
 
 
 def _outcome_json(outcome: Outcome) -> dict[str, Any]:
@@ -287,14 +280,7 @@ class OutcomeDeclareView(generics.ListAPIView):
     serializer_class = OutcomeReadSerializer
 
     def get_queryset(self) -> QuerySet[Outcome]:
-        filters = OutcomeFilter(data=self.request.query_params.dict())
-        filters.is_valid(raise_exception=True)
-        outcomes = visible_outcomes(principal_of(self.request).tenant_id)
-        if "status" in filters.validated_data:
-            outcomes = outcomes.filter(status=filters.validated_data["status"])
-        if "contract" in filters.validated_data:
-            outcomes = outcomes.filter(contract__code=filters.validated_data["contract"])
-        return outcomes
+        return OutcomeFilter.narrow(visible_outcomes(principal_of(self.request).tenant_id), self.request)
 
     @extend_schema(request=OutcomeSerializer, responses={201: OutcomeReadSerializer})
     def post(self, request: Request) -> Any:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from django.core.exceptions import ValidationError as ModelValidationError
+from django.db.models import Q
 from django.http import HttpResponse
 from drf_spectacular.types import OpenApiTypes
 from drf_spectacular.utils import OpenApiParameter, extend_schema, extend_schema_view
@@ -14,6 +15,7 @@ from rest_framework.response import Response
 
 from accounts.access import visible_tenant_ids
 from config.errors import error_response
+from config.filters import ListFilter, code_filter
 from contracts.models import Contract
 
 from .models import Exclusion, ServiceCredit, SlaAlert, SlaReport
@@ -69,30 +71,28 @@ class ReportSerializer(ReportSummarySerializer):
         ]
 
 
-@extend_schema_view(
-    get=extend_schema(
-        parameters=[
-            OpenApiParameter("contract", str, description="A contract code."),
-            OpenApiParameter("month", str, description="YYYY-MM in the policy's time zone."),
-        ]
-    )
-)
+class ReportFilter(ListFilter):
+    contract = code_filter("A contract code.")
+    month = serializers.CharField(required=False, help_text="YYYY-MM in the policy's time zone.")
+
+    lookups = {"contract": "contract__code", "month": "month"}
+
+    def validate_month(self, value: str) -> str:
+        try:
+            parse_month(value)
+        except ValueError as error:
+            raise ValidationError(str(error)) from error
+        return value
+
+
+@extend_schema_view(get=extend_schema(parameters=[ReportFilter]))
 class ReportListView(generics.ListAPIView):
     """The caller's tenants' SLA reports; filter with ?contract=<code> and ?month=YYYY-MM."""
 
     serializer_class = ReportSummarySerializer
 
     def get_queryset(self):
-        reports = reports_for(self.request)
-        contract = self.request.query_params.get("contract")
-        month = self.request.query_params.get("month")
-        if month is not None:
-            try:
-                parse_month(month)
-            except ValueError as error:
-                raise ValidationError({"month": [str(error)]}) from error
-            reports = reports.filter(month=month)
-        return reports if contract is None else reports.filter(contract__code=contract)
+        return ReportFilter.narrow(reports_for(self.request), self.request)
 
 
 class ReportDetailView(generics.RetrieveAPIView):
@@ -242,11 +242,13 @@ class AlertSerializer(serializers.ModelSerializer):
         ]
 
 
-@extend_schema_view(
-    get=extend_schema(
-        parameters=[OpenApiParameter("open", bool, description="Only alerts not yet resolved.")]
-    )
-)
+class AlertFilter(ListFilter):
+    open = serializers.BooleanField(required=False, help_text="Only alerts not yet resolved.")
+
+    lookups = {"open": lambda only_open: Q(resolved_at__isnull=True) if only_open else Q()}
+
+
+@extend_schema_view(get=extend_schema(parameters=[AlertFilter]))
 class AlertListView(generics.ListAPIView):
     """The caller's tenants' SLA alerts (burn rate, route jitter, silent experts), newest first."""
 
@@ -257,14 +259,4 @@ class AlertListView(generics.ListAPIView):
         tenant_ids = visible_tenant_ids(self.request)
         if tenant_ids is not None:
             alerts = alerts.filter(contract__tenant_id__in=tenant_ids)
-        only_open = self.request.query_params.get("open")
-        if only_open is not None:
-            params = AlertQuery(data={"open": only_open})
-            params.is_valid(raise_exception=True)
-            if params.validated_data["open"]:
-                alerts = alerts.filter(resolved_at__isnull=True)
-        return alerts
-
-
-class AlertQuery(serializers.Serializer):
-    open = serializers.BooleanField()
+        return AlertFilter.narrow(alerts, self.request)

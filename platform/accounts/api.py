@@ -13,6 +13,8 @@ from rest_framework.request import Request
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
+from config.fields import IdentifierField
+
 from .access import WRITE_OWNER, principal_of
 from .models import ApiToken, Role
 from .permissions import TenantRolePermission
@@ -49,7 +51,7 @@ class ApiTokenSerializer(serializers.ModelSerializer):
 
 
 class ApiTokenRequestSerializer(serializers.Serializer):
-    name = serializers.CharField(max_length=200, required=False, default="", allow_blank=True)
+    name = IdentifierField(max_length=200, required=False, default="", allow_blank=True)
     role = serializers.ChoiceField(choices=Role.choices)
 
 

@@ -7,17 +7,17 @@ from rest_framework.request import Request
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
+from config.fields import IdentifierField
+
 from .services import register_agent
 
 
 class AgentRegistrationSerializer(serializers.Serializer):
     agent_id = serializers.RegexField(r"^[a-z0-9][a-z0-9._-]{0,63}$")
-    public_key = serializers.CharField(
-        max_length=64, help_text="Base64 of the raw 32-byte Ed25519 public key."
-    )
-    tenants = serializers.ListField(child=serializers.CharField(max_length=64), default=list)
-    contracts = serializers.ListField(child=serializers.CharField(max_length=64), default=list)
-    host_class = serializers.CharField(max_length=64, default="", allow_blank=True)
+    public_key = IdentifierField(max_length=64, help_text="Base64 of the raw 32-byte Ed25519 public key.")
+    tenants = serializers.ListField(child=IdentifierField(max_length=64), default=list)
+    contracts = serializers.ListField(child=IdentifierField(max_length=64), default=list)
+    host_class = IdentifierField(max_length=64, default="", allow_blank=True)
 
     def validate(self, attrs: dict) -> dict:
         if not attrs["tenants"] and not attrs["contracts"]:

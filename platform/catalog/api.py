@@ -10,6 +10,7 @@ from rest_framework.response import Response
 from rest_framework.views import APIView
 
 from accounts.access import WRITE_BILLING, principal_of
+from config.fields import IdentifierField
 from config.pagination import CursorPage
 from contracts.api import ContractSerializer
 
@@ -63,8 +64,8 @@ class PackageDetailView(generics.RetrieveAPIView):
 
 
 class PurchaseRequestSerializer(serializers.Serializer):
-    package = serializers.CharField(max_length=64)
-    plan = serializers.CharField(max_length=64)
+    package = IdentifierField(max_length=64)
+    plan = IdentifierField(max_length=64)
     starts_at = serializers.DateTimeField(required=False, help_text="Default: now.")
 
 

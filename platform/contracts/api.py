@@ -20,6 +20,8 @@ from rest_framework.views import APIView
 
 from accounts.access import principal_of
 from config.errors import error_response
+from config.fields import IdentifierField
+from config.filters import ListFilter, code_filter
 
 from .models import Contract
 from .selectors import current_usage, quotas, visible_contracts
@@ -70,9 +72,11 @@ class ContractSerializer(serializers.ModelSerializer):
         return [QuotaSerializer(q).data for q in quotas(contract, usage)]
 
 
-class ContractFilter(serializers.Serializer):
+class ContractFilter(ListFilter):
     status = serializers.ChoiceField(choices=Contract.Status.choices, required=False)
-    package = serializers.CharField(required=False, help_text="A package code.")
+    package = code_filter("A package code.")
+
+    lookups = {"status": "status", "package": "package__code"}
 
 
 @extend_schema_view(get=extend_schema(parameters=[ContractFilter]))
@@ -82,14 +86,7 @@ class ContractListView(generics.ListAPIView):
     serializer_class = ContractSerializer
 
     def get_queryset(self) -> QuerySet[Contract]:
-        filters = ContractFilter(data=self.request.query_params.dict())
-        filters.is_valid(raise_exception=True)
-        contracts = visible_contracts(principal_of(self.request).tenant_id)
-        if "status" in filters.validated_data:
-            contracts = contracts.filter(status=filters.validated_data["status"])
-        if "package" in filters.validated_data:
-            contracts = contracts.filter(package__code=filters.validated_data["package"])
-        return contracts
+        return ContractFilter.narrow(visible_contracts(principal_of(self.request).tenant_id), self.request)
 
     def list(self, request: Request, *args: Any, **kwargs: Any) -> Response:
         page = self.paginate_queryset(self.get_queryset()) or []
@@ -120,11 +117,11 @@ def _contract(code: str) -> Contract | JsonResponse:
 
 
 class ChargeSerializer(serializers.Serializer):
-    charge_model = serializers.CharField(default="per_unit")
+    charge_model = IdentifierField(default="per_unit")
     unit_price = serializers.CharField(required=False)
     properties = serializers.DictField(required=False)
     included_quantity = serializers.CharField(default="0")
-    currency = serializers.CharField(required=False)
+    currency = IdentifierField(required=False)
     effective_from = serializers.DateTimeField(
         required=False,
         allow_null=True,
@@ -133,7 +130,7 @@ class ChargeSerializer(serializers.Serializer):
 
 
 class MetricSerializer(serializers.Serializer):
-    name = serializers.CharField(max_length=200)
+    name = IdentifierField(max_length=200)
     expression = serializers.CharField()
 
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from django.db.models import QuerySet
+from django.db.models import Q, QuerySet
 from drf_spectacular.utils import extend_schema, extend_schema_view
 from rest_framework import generics, serializers, status
 from rest_framework.request import Request
@@ -13,7 +13,8 @@ from rest_framework.response import Response
 from rest_framework.views import APIView
 
 from accounts.access import WRITE_DEVELOPER, principal_of
-from config.fields import StrictCharField
+from config.fields import IdentifierField
+from config.filters import ListFilter, code_filter
 
 from .models import ApiKey
 from .selectors import visible_api_keys
@@ -42,12 +43,12 @@ class ApiKeySerializer(serializers.ModelSerializer):
 
 
 class ApiKeyRequestSerializer(serializers.Serializer):
-    contract = StrictCharField(max_length=64, help_text="One of your contracts.")
-    sla_class = StrictCharField(max_length=64, default="standard")
+    contract = IdentifierField(max_length=64, help_text="One of your contracts.")
+    sla_class = IdentifierField(max_length=64, default="standard")
     quota_tokens = serializers.IntegerField(
         min_value=0, required=False, allow_null=True, default=None, help_text="Tokens per month; null: none."
     )
-    name = StrictCharField(max_length=200, default="", allow_blank=True)
+    name = IdentifierField(max_length=200, default="", allow_blank=True)
 
 
 class IssuedApiKeySerializer(ApiKeySerializer):
@@ -57,9 +58,14 @@ class IssuedApiKeySerializer(ApiKeySerializer):
         fields = [*ApiKeySerializer.Meta.fields, "api_key"]
 
 
-class ApiKeyFilter(serializers.Serializer):
-    contract = serializers.CharField(required=False, help_text="A contract code.")
+class ApiKeyFilter(ListFilter):
+    contract = code_filter("A contract code.")
     status = serializers.ChoiceField(choices=["active", "revoked"], required=False)
+
+    lookups = {
+        "contract": "contract__code",
+        "status": lambda status: Q(revoked_at__isnull=status == "active"),
+    }
 
 
 @extend_schema_view(get=extend_schema(parameters=[ApiKeyFilter]))
@@ -70,14 +76,7 @@ class ApiKeyListView(generics.ListCreateAPIView):
     write_roles = WRITE_DEVELOPER
 
     def get_queryset(self) -> QuerySet[ApiKey]:
-        filters = ApiKeyFilter(data=self.request.query_params.dict())
-        filters.is_valid(raise_exception=True)
-        keys = visible_api_keys(principal_of(self.request).tenant_id)
-        if "contract" in filters.validated_data:
-            keys = keys.filter(contract__code=filters.validated_data["contract"])
-        if "status" in filters.validated_data:
-            keys = keys.filter(revoked_at__isnull=filters.validated_data["status"] == "active")
-        return keys
+        return ApiKeyFilter.narrow(visible_api_keys(principal_of(self.request).tenant_id), self.request)
 
     @extend_schema(request=ApiKeyRequestSerializer, responses={201: IssuedApiKeySerializer})
     def post(self, request: Request, *args: Any, **kwargs: Any) -> Response:

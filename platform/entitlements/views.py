@@ -17,6 +17,7 @@ from rest_framework.views import APIView
 from agents.selectors import key_with_agent
 from compute_agents import protocol
 from config.errors import error_response
+from config.fields import IdentifierField
 from treemeter_records import key_id_for, private_key_from_seed, public_key_from_b64, public_key_to_b64
 
 from .selectors import entitlement_snapshot
@@ -68,10 +69,10 @@ def platform_key(request: HttpRequest) -> JsonResponse:
 
 
 class ApiKeyIssueSerializer(serializers.Serializer):
-    contract = serializers.CharField(max_length=64)
-    sla_class = serializers.CharField(max_length=64, default="standard")
+    contract = IdentifierField(max_length=64)
+    sla_class = IdentifierField(max_length=64, default="standard")
     quota_tokens = serializers.IntegerField(min_value=0, required=False, allow_null=True, default=None)
-    name = serializers.CharField(max_length=200, default="", allow_blank=True)
+    name = IdentifierField(max_length=200, default="", allow_blank=True)
 
 
 class ApiKeyIssuedSerializer(serializers.Serializer):

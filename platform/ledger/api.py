@@ -28,6 +28,7 @@ from rest_framework.views import APIView
 
 from accounts.access import WRITE_BILLING, principal_of
 from config.errors import error_response
+from config.fields import IdentifierField
 from ingest.outbox import store_pending
 
 from . import selectors
@@ -203,7 +204,7 @@ class DisputeOpenSerializer(serializers.Serializer):
 class WindowSerializer(serializers.Serializer):
     start = AwareDateTimeField()
     end = AwareDateTimeField()
-    status = serializers.CharField(max_length=32, help_text="The record status excluded, e.g. error.")
+    status = IdentifierField(max_length=32, help_text="The record status excluded, e.g. error.")
 
     def validate(self, attrs: dict[str, Any]) -> dict[str, Any]:
         if attrs["end"] <= attrs["start"]:

@@ -87,7 +87,7 @@ def cached_answer(
         return read(), False
     identity = json.dumps(
         [question, usage.tenant, usage.contract, usage.package, usage.start.isoformat(),
-         usage.end.isoformat(), usage.rollups, sorted(options.items())],
+         usage.end.isoformat(), usage.rollups, usage.matches_nothing, sorted(options.items())],
         default=str,
     )  # fmt: skip
     answer_key = _ANSWER_KEY.format(hashlib.sha256(identity.encode()).hexdigest())

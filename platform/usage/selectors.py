@@ -28,8 +28,6 @@ from typing import Any
 from django.db.models import QuerySet
 
 from accounts.access import Principal
-from accounts.models import Tenant
-from catalog.models import ComputePackage
 from clickhouse_store import query
 from clickhouse_store.schema import (
     LATENCY_QUANTILES,
@@ -39,7 +37,6 @@ from clickhouse_store.schema import (
     usage_experts_daily_select,
     usage_hourly_select,
 )
-from config.errors import ApiError
 from contracts.models import Contract
 from sla.models import Objective, SlaPolicy
 
@@ -81,6 +78,8 @@ class UsageFilter:
     package: str | None = None
     # False: always compute from the raw records (to compare or time both paths).
     rollups: bool = True
+    # True: the caller named a tenant it cannot see; no record counts (config.filters' rule).
+    matches_nothing: bool = False
 
     def on_grain(self, grain: timedelta) -> bool:
         """Whether the stored rollups may answer: both bounds fall on their grain (hour or day)."""
@@ -91,6 +90,8 @@ class UsageFilter:
     def conditions(self, time_column: str, time_type: str) -> tuple[str, dict[str, Any]]:
         """A WHERE condition and its bound parameters (the SQL text holds our own constants only)."""
         parts = [f"{time_column} >= {{start:{time_type}}}", f"{time_column} < {{end:{time_type}}}"]
+        if self.matches_nothing:
+            parts.append("0")
         params: dict[str, Any] = {"start": self.start, "end": self.end}
         for column, value in (
             ("tenant", self.tenant),
@@ -347,18 +348,6 @@ def rollup_differences(start: date, end: date) -> list[dict[str, Any]]:
     ]
 
 
-class TenantNotFound(ApiError):
-    http_status = 404
-
-
-class ContractNotFound(ApiError):
-    http_status = 404
-
-
-class UnknownPackage(ApiError):
-    http_status = 400
-
-
 def scoped_filter(
     principal: Principal,
     start: datetime,
@@ -370,26 +359,27 @@ def scoped_filter(
 ) -> tuple[UsageFilter, QuerySet[Contract]]:
     """The filter a principal may run, and the contracts it covers (lazy: only latency reads them).
 
-    A customer sees its own tenant only: naming another tenant, or another tenant's contract, answers
-    404 as for one that does not exist. Staff see every tenant, or the one named.
+    The list-filter rule (config.filters): a filter narrows what the caller may see and never looks up
+    what it names. A customer sees its own tenant only, so naming another tenant, another tenant's
+    contract, or a code nothing has, answers over no records, as naming nothing that exists does. Staff
+    see every tenant, or the one named.
     """
-    if principal.is_staff:
-        if tenant is not None and not Tenant.objects.filter(code=tenant).exists():
-            raise TenantNotFound("tenant_not_found", f"No tenant {tenant!r}.", {"tenant": tenant})
-    elif tenant is not None and tenant != principal.tenant_code:
-        raise TenantNotFound("tenant_not_found", f"No tenant {tenant!r}.", {"tenant": tenant})
-    else:
+    matches_nothing = not principal.is_staff and tenant is not None and tenant != principal.tenant_code
+    if not principal.is_staff:
         tenant = principal.tenant_code
-    if package is not None and not ComputePackage.objects.filter(code=package).exists():
-        raise UnknownPackage("unknown_package", f"No compute package {package!r}.", {"package": package})
-    contracts = Contract.objects.all()
+    contracts = Contract.objects.none() if matches_nothing else Contract.objects.all()
     if tenant is not None:
         contracts = contracts.filter(tenant__code=tenant)
     if contract is not None:
         contracts = contracts.filter(code=contract)
-        if not contracts.exists():
-            raise ContractNotFound("contract_not_found", f"No contract {contract!r}.", {"contract": contract})
     if package is not None:
         contracts = contracts.filter(package__code=package)
-    usage = UsageFilter(tenant=tenant, start=start, end=end, contract=contract, package=package)
+    usage = UsageFilter(
+        tenant=tenant,
+        start=start,
+        end=end,
+        contract=contract,
+        package=package,
+        matches_nothing=matches_nothing,
+    )
     return usage, contracts.only("pk", "code", "package_id")

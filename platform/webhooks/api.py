@@ -11,7 +11,8 @@ from rest_framework.response import Response
 from rest_framework.views import APIView
 
 from accounts.access import WRITE_DEVELOPER, principal_of
-from config.fields import StrictBooleanField, StrictCharField
+from config.fields import IdentifierField, StrictBooleanField
+from config.filters import ListFilter
 
 from .models import WebhookDelivery, WebhookDeliveryAttempt, WebhookEndpoint
 from .selectors import visible_deliveries, visible_endpoints
@@ -20,7 +21,7 @@ from .services import create_endpoint, replay_delivery, update_endpoint
 
 class EndpointSerializer(serializers.ModelSerializer):
     event_types = serializers.ListField(
-        child=StrictCharField(max_length=100),
+        child=IdentifierField(max_length=100),
         required=False,
         default=list,
         help_text='Event type patterns, e.g. ["invoice.*", "quota.exhausted"]; empty: every type.',
@@ -113,8 +114,10 @@ class DeliverySerializer(serializers.ModelSerializer):
         ]
 
 
-class DeliveryFilter(serializers.Serializer):
+class DeliveryFilter(ListFilter):
     status = serializers.ChoiceField(choices=WebhookDelivery.Status.choices, required=False)
+
+    lookups = {"status": "status"}
 
 
 @extend_schema_view(get=extend_schema(parameters=[DeliveryFilter]))
@@ -126,12 +129,7 @@ class EndpointDeliveryListView(generics.ListAPIView):
     def get_queryset(self) -> QuerySet[WebhookDelivery]:
         tenant_id = principal_of(self.request).tenant_id
         endpoint = get_object_or_404(visible_endpoints(tenant_id), pk=self.kwargs["pk"])
-        filters = DeliveryFilter(data=self.request.query_params.dict())
-        filters.is_valid(raise_exception=True)
-        deliveries = visible_deliveries(tenant_id).filter(endpoint=endpoint)
-        if "status" in filters.validated_data:
-            deliveries = deliveries.filter(status=filters.validated_data["status"])
-        return deliveries
+        return DeliveryFilter.narrow(visible_deliveries(tenant_id).filter(endpoint=endpoint), self.request)
 
 
 class DeliveryReplayView(APIView):
