@@ -23,7 +23,7 @@ from config.errors import error_response
 from config.fields import IdentifierField
 from config.filters import ListFilter, code_filter
 
-from .models import Contract
+from .models import Contract, ContractMetric
 from .selectors import current_usage, quotas, visible_contracts
 from .services import TERM_FIELDS, set_charge, set_metric, update_terms
 
@@ -134,6 +134,12 @@ class MetricSerializer(serializers.Serializer):
     expression = serializers.CharField()
 
 
+class MetricPathSerializer(serializers.Serializer):
+    """The metric's code, from the URL: within its column."""
+
+    metric = IdentifierField(max_length=ContractMetric._meta.get_field("code").max_length)
+
+
 class ChargeView(APIView):
     permission_classes = [IsAdminUser]
 
@@ -163,6 +169,7 @@ class MetricView(APIView):
 
     @extend_schema(request=MetricSerializer, responses={200: MetricSerializer})
     def put(self, request: Request, code: str, metric: str) -> Any:
+        MetricPathSerializer(data={"metric": metric}).is_valid(raise_exception=True)
         body = MetricSerializer(data=request.data)
         body.is_valid(raise_exception=True)
         contract = _contract(code)
