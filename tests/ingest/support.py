@@ -3,9 +3,12 @@
 from __future__ import annotations
 
 import json
+from collections.abc import Iterator
+from contextlib import contextmanager
 from datetime import UTC, datetime
 from typing import Any
 
+from django.db import connection
 from django.test import Client
 
 from clickhouse_store import query
@@ -48,3 +51,64 @@ def any_line(record: dict[str, Any]) -> bytes:
     """The canonical layout for any JSON value, floats and integers beyond 64 bits included
     (canonical_bytes refuses those, but an attacker's line may carry them)."""
     return json.dumps(record, sort_keys=True, separators=(",", ":"), ensure_ascii=False).encode()
+
+
+# Real failures on the real code path, for failure-injection tests.
+_FAIL_FUNCTION = (
+    "CREATE OR REPLACE FUNCTION treemeter_injected_failure() RETURNS trigger LANGUAGE plpgsql AS "
+    "$$ BEGIN RAISE EXCEPTION 'injected failure on % %', TG_OP, TG_TABLE_NAME; END $$"
+)
+
+
+def _sql(*statements: str) -> None:
+    with connection.cursor() as cursor:
+        for statement in statements:
+            cursor.execute(statement)
+
+
+@contextmanager
+def table_away(table: str) -> Iterator[None]:
+    """Reads of `table` fail (undefined table) while it is renamed."""
+    _sql(f"ALTER TABLE {table} RENAME TO {table}_away")
+    try:
+        yield
+    finally:
+        _sql(f"ALTER TABLE {table}_away RENAME TO {table}")
+
+
+@contextmanager
+def refused_write(table: str, operation: str) -> Iterator[None]:
+    """Every row `operation` (INSERT, UPDATE, DELETE) on `table` raises, COPY included."""
+    _sql(
+        _FAIL_FUNCTION,
+        f"CREATE TRIGGER injected BEFORE {operation} ON {table} "
+        "FOR EACH ROW EXECUTE FUNCTION treemeter_injected_failure()",
+    )
+    try:
+        yield
+    finally:
+        _sql(f"DROP TRIGGER injected ON {table}")
+
+
+@contextmanager
+def refused_commit() -> Iterator[None]:
+    """The transaction that wrote an outbox row fails at COMMIT (a deferred constraint trigger)."""
+    _sql(
+        _FAIL_FUNCTION,
+        "CREATE CONSTRAINT TRIGGER injected AFTER INSERT ON ingest_pendinginsert "
+        "DEFERRABLE INITIALLY DEFERRED FOR EACH ROW EXECUTE FUNCTION treemeter_injected_failure()",
+    )
+    try:
+        yield
+    finally:
+        _sql("DROP TRIGGER injected ON ingest_pendinginsert")
+
+
+@contextmanager
+def refused_store_insert() -> Iterator[None]:
+    """ClickHouse refuses every insert into usage_records (VIOLATED_CONSTRAINT)."""
+    query.command("ALTER TABLE usage_records ADD CONSTRAINT injected CHECK tokens_in < 0")
+    try:
+        yield
+    finally:
+        query.command("ALTER TABLE usage_records DROP CONSTRAINT injected")

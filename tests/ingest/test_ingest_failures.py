@@ -9,84 +9,30 @@ so the commit itself can fail.
 from __future__ import annotations
 
 from collections.abc import Callable, Iterator
-from contextlib import AbstractContextManager, contextmanager
+from contextlib import AbstractContextManager
 from functools import partial
 from typing import Any
 
 import pytest
-from django.db import connection
 from django.test import Client
 
-from clickhouse_store import query
 from ingest.models import IngestBatch, PendingInsert, RejectedRecord, SequenceGap
 from ingest.outbox import store_pending
 from ingest.services import ingest_batch
 from ledger.models import LogLeaf, LogNode
 from tests.billing.concurrency import at_once
 from tests.factories import ContractFactory, SigningAgent, signing_agent
-from tests.ingest.support import assert_stores_agree, post, stored_ids
-
-pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.usefixtures("clickhouse")]
-
-_FAIL_FUNCTION = (
-    "CREATE OR REPLACE FUNCTION treemeter_injected_failure() RETURNS trigger LANGUAGE plpgsql AS "
-    "$$ BEGIN RAISE EXCEPTION 'injected failure on % %', TG_OP, TG_TABLE_NAME; END $$"
+from tests.ingest.support import (
+    assert_stores_agree,
+    post,
+    refused_commit,
+    refused_store_insert,
+    refused_write,
+    stored_ids,
+    table_away,
 )
 
-
-def _sql(*statements: str) -> None:
-    with connection.cursor() as cursor:
-        for statement in statements:
-            cursor.execute(statement)
-
-
-@contextmanager
-def table_away(table: str) -> Iterator[None]:
-    """Reads of `table` fail (undefined table) while it is renamed."""
-    _sql(f"ALTER TABLE {table} RENAME TO {table}_away")
-    try:
-        yield
-    finally:
-        _sql(f"ALTER TABLE {table}_away RENAME TO {table}")
-
-
-@contextmanager
-def refused_write(table: str, operation: str) -> Iterator[None]:
-    """Every row `operation` (INSERT, UPDATE, DELETE) on `table` raises, COPY included."""
-    _sql(
-        _FAIL_FUNCTION,
-        f"CREATE TRIGGER injected BEFORE {operation} ON {table} "
-        "FOR EACH ROW EXECUTE FUNCTION treemeter_injected_failure()",
-    )
-    try:
-        yield
-    finally:
-        _sql(f"DROP TRIGGER injected ON {table}")
-
-
-@contextmanager
-def refused_commit() -> Iterator[None]:
-    """The transaction that wrote an outbox row fails at COMMIT (a deferred constraint trigger)."""
-    _sql(
-        _FAIL_FUNCTION,
-        "CREATE CONSTRAINT TRIGGER injected AFTER INSERT ON ingest_pendinginsert "
-        "DEFERRABLE INITIALLY DEFERRED FOR EACH ROW EXECUTE FUNCTION treemeter_injected_failure()",
-    )
-    try:
-        yield
-    finally:
-        _sql("DROP TRIGGER injected ON ingest_pendinginsert")
-
-
-@contextmanager
-def refused_store_insert() -> Iterator[None]:
-    """ClickHouse refuses every insert into usage_records (VIOLATED_CONSTRAINT)."""
-    query.command("ALTER TABLE usage_records ADD CONSTRAINT injected CHECK tokens_in < 0")
-    try:
-        yield
-    finally:
-        query.command("ALTER TABLE usage_records DROP CONSTRAINT injected")
-
+pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.usefixtures("clickhouse")]
 
 # (step, the failure, whether the PostgreSQL side has committed when it strikes)
 STEPS: list[tuple[str, Callable[[], AbstractContextManager[None]], bool]] = [

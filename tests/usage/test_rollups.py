@@ -1,6 +1,6 @@
 """The stored rollups agree exactly with the raw records: after normal ingest, over day and month
-boundaries, after a retried batch whose first insert outlived a lost commit, after the migration's
-backfill; and when a copy does get in under a new token, the check finds it and the rebuild fixes it."""
+boundaries, after an outbox row stored twice, after the migration's backfill; and when a copy does get
+in under a new token, the check finds it and the rebuild fixes it."""
 
 from __future__ import annotations
 
@@ -11,13 +11,15 @@ from functools import partial
 
 import pytest
 from django.core.management import call_command
-from django.db import transaction
 from django.test import Client
 
 from clickhouse_store import query
 from clickhouse_store.migrator import load_migrations
 from clickhouse_store.schema import ROLLUP_TABLES
+from ingest.outbox import store_pending
+from tests.ingest.support import refused_write
 from tests.usage.conftest import World, at, ingest
+from treemeter_records import canonical_bytes
 from usage import selectors
 from usage.selectors import UsageFilter
 from usage.services import rebuild_rollups
@@ -80,37 +82,30 @@ def test_rollups_match_the_raw_records_after_ingest(world: World) -> None:
     assert_rollups_match_raw()
 
 
-class LostCommit(Exception):
-    """Raised inside the ingest's transaction: PostgreSQL forgets the batch, ClickHouse keeps it."""
-
-
-def test_a_batch_retried_after_a_lost_commit_is_counted_once(world: World) -> None:
+def test_an_outbox_row_stored_twice_is_counted_once(world: World) -> None:
     records = [world.agent.record(world.b1, start_ns=at(2026, 11, 30, 23, 30)) for _ in range(4)]
     body = world.agent.batch(records).body()
-    with pytest.raises(LostCommit), transaction.atomic():
+    with refused_write("ingest_pendinginsert", "DELETE"):  # the insert reaches ClickHouse, the delete fails
         response = Client().post("/v1/ingest/batches", data=body, content_type="application/x-ndjson")
-        assert response.json()["accepted"] == 4
-        raise LostCommit
-    assert stored_records() == (18, 18)  # the insert reached ClickHouse before the commit was lost
-
-    # The agent sends the same batch again: accepted anew, its insert carries the same dedup token and
-    # is dropped, by usage_records and by both rollups (their own deduplication window).
-    response = Client().post("/v1/ingest/batches", data=body, content_type="application/x-ndjson")
     assert (response.status_code, response.json()["accepted"]) == (200, 4)
+    assert stored_records() == (18, 18)
+
+    # The drain stores the outbox row again: the insert carries the same dedup token and is dropped,
+    # by usage_records and by both rollups (their own deduplication window).
+    assert store_pending() == 1
     assert stored_records() == (18, 18)
     assert requests_of("usage-b") == "9"
     assert_rollups_match_raw()
 
 
 def test_a_copy_under_a_new_token_is_found_and_rebuilt(world: World) -> None:
-    # A lost commit, then the agent re-batches the same records with one more: a new header, a new
-    # token. usage_records stores the copies (FINAL hides them); the rollups count them.
+    # An outbox row stored again after the engine's deduplication window has passed: usage_records
+    # keeps the copies (FINAL hides them); the rollups count them.
     records = [world.agent.record(world.b1, start_ns=at(2026, 11, 30, 23, 30)) for _ in range(2)]
-    with pytest.raises(LostCommit), transaction.atomic():
-        ingest(world.agent, records)
-        raise LostCommit
     extra = world.agent.record(world.b1, start_ns=at(2026, 11, 30, 23, 45))
     ingest(world.agent, [*records, extra])
+    copies = b"\n".join(canonical_bytes(record) for record in records)
+    query.insert_json_lines("usage_records", copies, dedup_token="a-token-the-engine-no-longer-remembers")
     assert stored_records() == (19, 17)
 
     assert selectors.rollup_differences(date(2026, 11, 1), date(2026, 12, 31)) == [

@@ -10,6 +10,7 @@ import base64
 import json
 import subprocess
 import sys
+import uuid
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -209,8 +210,9 @@ def test_store_tampering_is_detected_by_the_verifier_and_the_platform(client: Cl
 def test_a_reordered_log_is_detected_by_the_verifier_and_refused_by_the_platform(client: Client) -> None:
     world = ingest_world(client)
     first, second = LogLeaf.objects.get(index=1), LogLeaf.objects.get(index=2)
-    LogLeaf.objects.filter(index=1).update(leaf_hash=bytes(second.leaf_hash), record_id=second.record_id)
+    LogLeaf.objects.filter(index=1).update(record_id=uuid.uuid4())  # record ids are unique: swap via a third
     LogLeaf.objects.filter(index=2).update(leaf_hash=bytes(first.leaf_hash), record_id=first.record_id)
+    LogLeaf.objects.filter(index=1).update(leaf_hash=bytes(second.leaf_hash), record_id=second.record_id)
     manifest, lines = world.export()
     problems = failing(world.verify(manifest, lines))
     assert (
