@@ -15,10 +15,11 @@ Redis, first that applies:
      read; the cache backend (config.redis_cache) turns it into redis-py's unix:///…?db=15.
 `--embedded` skips 1 and 2 for both (it starts the embedded ones whatever is configured or running).
 
-The command runs with DATABASE_URL, TEST_REDIS_URL, TREEMETER_DATA_DIR (a fresh temp dir) and CLICKHOUSE_URL
-(chdb under that temp dir) set, and CELERY_BROKER_URL removed (the test process runs tasks eagerly; tests
-that start a real worker give it TEST_REDIS_URL). Its exit status is ours. What we started is stopped and
-the temp dir removed when it ends, also on Ctrl-C or SIGTERM/SIGHUP (forwarded to the command).
+The command runs with DATABASE_URL, TEST_REDIS_URL, TREEMETER_DATA_DIR (a fresh temp dir), CLICKHOUSE_URL
+(chdb under that temp dir) and TREEMETER_ENV=development set, and CELERY_BROKER_URL removed (the test
+process runs tasks eagerly; tests that start a real worker give it TEST_REDIS_URL). Its exit status is
+ours. What we started is stopped and the temp dir removed when it ends, also on Ctrl-C or SIGTERM/SIGHUP
+(forwarded to the command).
 """
 
 from __future__ import annotations
@@ -301,6 +302,9 @@ def child_environment(
     environ["DATABASE_TEST_NAME"] = "test_" + re.sub(r"[^a-z0-9]+", "_", scratch_dir.name.lower())
     # Tests deliver webhooks to receivers on loopback (tests/webhooks prove the refusal with it off).
     environ["WEBHOOK_ALLOW_PRIVATE_URLS"] = "true"
+    # Development settings (a SECRET_KEY made once in the data dir, plain HTTP); tests/config proves the
+    # production ones, which refuse to start without SECRET_KEY and redirect to HTTPS.
+    environ["TREEMETER_ENV"] = "development"
     return environ
 
 

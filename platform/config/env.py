@@ -9,6 +9,8 @@ from __future__ import annotations
 import base64
 import binascii
 import os
+import secrets
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from urllib.parse import parse_qs, unquote, urlsplit
@@ -127,25 +129,54 @@ def broker_url(name: str = "CELERY_BROKER_URL") -> str:
     return raw
 
 
+def choice(name: str, default: str, allowed: tuple[str, ...]) -> str:
+    raw = os.environ.get(name, "").strip()
+    if raw == "":
+        return default
+    if raw not in allowed:
+        raise EnvError(name, raw, "one of " + ", ".join(allowed))
+    return raw
+
+
+def created_once(path: Path, make: Callable[[], str]) -> str:
+    """The text in `path`, written once (mode 0600) with `make()` by the first process that needs it."""
+    if not path.exists():
+        # Written aside, then linked into place: processes starting together (web and worker, test
+        # workers) all end up reading the one complete file that was linked first.
+        path.parent.mkdir(parents=True, exist_ok=True)
+        aside = path.with_name(f".{path.name}.{os.getpid()}")
+        fd = os.open(aside, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+        with os.fdopen(fd, "w") as handle:
+            handle.write(make())
+        try:
+            os.link(aside, path)
+        except FileExistsError:
+            pass
+        finally:
+            aside.unlink()
+    return path.read_text().strip()
+
+
+def secret_key(name: str, fallback_file: Path, *, development: bool) -> str:
+    """Django's SECRET_KEY. Unset: in development a random key created once in `fallback_file`; in
+    production the platform refuses to start (a key anyone could know would let them forge sessions)."""
+    raw = os.environ.get(name, "").strip()
+    if raw:
+        return raw
+    if not development:
+        raise ImproperlyConfigured(
+            f"{name} is not set. In production (TREEMETER_ENV=production, the default with a DATABASE_URL) "
+            f"the platform does not start without it; set {name} to a long random value, e.g. the output "
+            "of: python -c 'import secrets; print(secrets.token_urlsafe(50))'."
+        )
+    return created_once(fallback_file, lambda: secrets.token_urlsafe(50))
+
+
 def ed25519_seed(name: str, fallback_file: Path) -> bytes:
     """A 32-byte Ed25519 private seed, base64. Unset: read (or create once) `fallback_file`."""
     raw = os.environ.get(name, "").strip()
     if raw == "":
-        if not fallback_file.exists():
-            # Written aside, then linked into place: processes starting together (web and worker, test
-            # workers) all end up reading the one complete key that was linked first.
-            fallback_file.parent.mkdir(parents=True, exist_ok=True)
-            aside = fallback_file.with_name(f".{fallback_file.name}.{os.getpid()}")
-            fd = os.open(aside, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
-            with os.fdopen(fd, "w") as handle:
-                handle.write(base64.b64encode(os.urandom(32)).decode())
-            try:
-                os.link(aside, fallback_file)
-            except FileExistsError:
-                pass
-            finally:
-                aside.unlink()
-        raw = fallback_file.read_text().strip()
+        raw = created_once(fallback_file, lambda: base64.b64encode(os.urandom(32)).decode())
         name = f"{name} (from {fallback_file})"
     try:
         seed = base64.b64decode(raw, validate=True)

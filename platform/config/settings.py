@@ -7,9 +7,35 @@ from . import env
 BASE_DIR = env.REPO_ROOT
 DATA_DIR = env.data_dir()
 
-SECRET_KEY = env.text("SECRET_KEY", "dev-only-insecure-secret-key-change-me-in-production")
+# production or development (README "Deployment"). Unset: development on the embedded database (DATABASE_URL
+# unset: `make run`, `make migrate`, a developer's manage.py), production with a database server;
+# tools.testenv (`make test`) says development. Production refuses to start without SECRET_KEY and is
+# served for HTTPS behind a TLS-terminating proxy (below); development makes a key once in the data dir.
+_database = env.database()
+ENVIRONMENT = env.choice(
+    "TREEMETER_ENV", "development" if _database.embedded else "production", ("development", "production")
+)
+DEVELOPMENT = ENVIRONMENT == "development"
+
+SECRET_KEY = env.secret_key("SECRET_KEY", DATA_DIR / "secret-key", development=DEVELOPMENT)
 DEBUG = env.boolean("DEBUG", False)
 ALLOWED_HOSTS = env.csv_list("ALLOWED_HOSTS", ["localhost", "127.0.0.1", "[::1]", "testserver"])
+
+# HTTPS behind a proxy that terminates TLS and sets X-Forwarded-Proto (on by default in production;
+# `manage.py check --deploy` then reports nothing). Each switch is an environment variable of its name.
+SECURE_PROXY_SSL_HEADER = (
+    ("HTTP_X_FORWARDED_PROTO", "https") if env.boolean("TRUST_X_FORWARDED_PROTO", not DEVELOPMENT) else None
+)
+SECURE_SSL_REDIRECT = env.boolean("SECURE_SSL_REDIRECT", not DEVELOPMENT)
+# Paths (regular expressions, no leading slash) answered over plain HTTP too, e.g. the agents' signed
+# endpoints reached inside a private network: docker/compose.yaml.
+SECURE_REDIRECT_EXEMPT = env.csv_list("SECURE_REDIRECT_EXEMPT", [])
+SECURE_HSTS_SECONDS = env.integer("SECURE_HSTS_SECONDS", 0 if DEVELOPMENT else 31_536_000, minimum=0)
+SECURE_HSTS_INCLUDE_SUBDOMAINS = env.boolean("SECURE_HSTS_INCLUDE_SUBDOMAINS", not DEVELOPMENT)
+SECURE_HSTS_PRELOAD = env.boolean("SECURE_HSTS_PRELOAD", not DEVELOPMENT)
+SESSION_COOKIE_SECURE = env.boolean("SESSION_COOKIE_SECURE", not DEVELOPMENT)
+CSRF_COOKIE_SECURE = env.boolean("CSRF_COOKIE_SECURE", not DEVELOPMENT)
+CSRF_TRUSTED_ORIGINS = env.csv_list("CSRF_TRUSTED_ORIGINS", [])
 
 INSTALLED_APPS = [
     "django.contrib.admin",
@@ -74,7 +100,6 @@ TEMPLATES = [
     },
 ]
 
-_database = env.database()
 if _database.embedded:
     from .embedded import start_embedded_postgres
 

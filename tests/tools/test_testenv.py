@@ -90,6 +90,7 @@ def test_the_child_environment(tmp_path: Path) -> None:
         "CLICKHOUSE_URL": f"chdb://{scratch}/clickhouse",
         "DATABASE_TEST_NAME": "test_treemeter_test_ab3x",  # one test database per run
         "WEBHOOK_ALLOW_PRIVATE_URLS": "true",  # receivers in tests listen on loopback
+        "TREEMETER_ENV": "development",  # a generated SECRET_KEY, plain HTTP
     }
     assert env["CLICKHOUSE_URL"].startswith("chdb:///")
     assert base["CELERY_BROKER_URL"] == "redis://elsewhere/0"  # the caller's mapping is left alone
