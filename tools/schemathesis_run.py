@@ -9,6 +9,12 @@ data set (tests/schemathesis/tenant_data.py), and the platform served on 127.0.0
 owner (an API token in the Authorization header) and unauthenticated, with positive and negative
 (malformed) inputs. It prints every run's summary and exits non-zero when any run failed.
 
+Then a phase of its own (`body_limits`, no schemathesis): every POST, PUT and PATCH operation of the schema
+gets, as the owner's token and as a staff session, bodies past every limit: `[` x 100,000, `{"a":` nested
+3,000 deep, nesting and member counts one past the JSON limits (config.parsers), a string over the body
+size limit, and for each field of the operation's request schema a value one past its maxLength,
+maximum or maxItems. No answer may be a 5xx, and every error answer must be {code, message, details}.
+
 Rate limits are raised for the run (they are tested on their own); nothing else is changed.
 """
 
@@ -17,6 +23,7 @@ from __future__ import annotations
 import argparse
 import logging
 import os
+import re
 import subprocess
 import sys
 import threading
@@ -24,7 +31,15 @@ from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+import httpx
+import orjson
+
+from treemeter_records.limits import JSON_MAX_DEPTH, JSON_MAX_MEMBERS
+
+if TYPE_CHECKING:
+    from tests.schemathesis.tenant_data import TenantData
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
 ERROR_HOOK = "config.errors.document_error_responses"
@@ -180,11 +195,17 @@ def run_schemathesis(
 def seed_tenants() -> str:
     """Two tenants with complete data sets; the first one's owner API token."""
     from accounts.models import Role
+
+    return seed_data().tokens[Role.OWNER]
+
+
+def seed_data() -> TenantData:
+    """Two tenants with complete data sets; the first one's."""
     from tests.schemathesis.tenant_data import build_tenant
 
-    owner = build_tenant("alpha")
+    first = build_tenant("alpha")
     build_tenant("bravo")
-    return owner.tokens[Role.OWNER]
+    return first
 
 
 # An owner may revoke the tenant's own tokens, the run's credential among them (schemathesis reuses the
@@ -201,14 +222,201 @@ def runs(token: str) -> list[tuple[str, str | None, list[str]]]:
     ]
 
 
+# --- body limits: every write operation of the schema, bodies past every limit -------------------------
+
+WRITE_METHODS = ("post", "put", "patch")
+# Path parameters that must name a real object for the view to read the body (it looks the object up
+# first); the rest name nothing (the body is read before the look-up, or never).
+PATH_OBJECTS = {
+    "/v1/webhooks/endpoints/{id}": lambda data: {"id": data.webhook.pk},
+    "/v1/outcomes/{id}/confirm": lambda data: {"id": data.outcome.pk},
+    "/v1/outcomes/{id}/revoke": lambda data: {"id": data.outcome.pk},
+    "/v1/ledger/disputes/{id}/resolve": lambda data: {"id": data.dispute.pk},
+    "/v1/contracts/{code}/terms": lambda data: {"code": data.contract.code},
+    "/v1/contracts/{code}/credits": lambda data: {"code": data.contract.code},
+    "/v1/contracts/{code}/charges/{dimension}": lambda data: {"code": data.contract.code},
+    "/v1/contracts/{code}/metrics/{metric}": lambda data: {"code": data.contract.code},
+}
+NOTHING = {"integer": "987654321", "string": "no-such-thing"}
+
+
+def limit_bodies(max_bytes: int) -> dict[str, bytes]:
+    """Bodies every write operation is sent, whatever its schema."""
+    return {
+        "[ x 100,000": b"[" * 100_000,
+        '{"a": nested 3,000 deep': b'{"a":' * 3000 + b"1" + b"}" * 3000,
+        f"nested {JSON_MAX_DEPTH + 1} deep": b"[" * (JSON_MAX_DEPTH + 1) + b"]" * (JSON_MAX_DEPTH + 1),
+        f"{JSON_MAX_MEMBERS + 1} members": b'{"items": [' + b",".join([b"0"] * JSON_MAX_MEMBERS) + b"]}",
+        f"a string over {max_bytes} bytes": b'{"name": "' + b"a" * (max_bytes + 1) + b'"}',
+    }
+
+
+def _resolve(schema: dict[str, Any], node: dict[str, Any]) -> dict[str, Any]:
+    while "$ref" in node:
+        node = schema["components"]["schemas"][node["$ref"].rsplit("/", 1)[-1]]
+    if "allOf" in node and len(node["allOf"]) == 1:
+        return _resolve(schema, node["allOf"][0])
+    return node
+
+
+def _plain(schema: dict[str, Any], node: dict[str, Any]) -> Any:
+    """A short value of the property's type (limits aside, it may still be refused)."""
+    node = _resolve(schema, node)
+    if node.get("enum"):
+        return node["enum"][0]
+    kind = node.get("type")
+    if kind == "integer":
+        return node.get("minimum", 1)
+    if kind == "number":
+        return 1
+    if kind == "boolean":
+        return True
+    if kind == "array":
+        return []
+    if kind == "object":
+        return {}
+    return {"date-time": "2026-11-01T00:00:00Z", "uri": "https://hooks.example.com/x"}.get(
+        node.get("format", ""), "a"
+    )
+
+
+def _past_limit(schema: dict[str, Any], node: dict[str, Any]) -> Any:
+    """A value one past the property's limit, or None when it states none."""
+    node = _resolve(schema, node)
+    kind = node.get("type")
+    if kind == "string" and "maxLength" in node:
+        prefix = "https://hooks.example.com/" if node.get("format") == "uri" else ""
+        return prefix + "a" * (node["maxLength"] + 1 - len(prefix))
+    if kind in ("integer", "number") and "maximum" in node:
+        return node["maximum"] + 1
+    if kind in ("integer", "number") and "minimum" in node:
+        return node["minimum"] - 1
+    if kind == "array" and "maxItems" in node:
+        return [_plain(schema, node.get("items", {}))] * (node["maxItems"] + 1)
+    if kind == "array":
+        item = _past_limit(schema, node.get("items", {}))
+        return None if item is None else [item]
+    return None
+
+
+def field_bodies(schema: dict[str, Any], operation: dict[str, Any]) -> dict[str, bytes]:
+    """For each property of the request body that states a limit: the body with that property one past
+    it and the others short; and one body with every property past its limit at once."""
+    content = operation.get("requestBody", {}).get("content", {}).get("application/json")
+    if content is None:
+        return {}
+    body_schema = _resolve(schema, content.get("schema", {}))
+    properties = body_schema.get("properties", {})
+    plain = {
+        name: _plain(schema, node)
+        for name, node in properties.items()
+        if not _resolve(schema, node).get("readOnly")
+    }
+    past = {name: _past_limit(schema, properties[name]) for name in plain}
+    past = {name: value for name, value in past.items() if value is not None}
+    bodies = {
+        f"{name} one past its limit": orjson.dumps({**plain, name: value}) for name, value in past.items()
+    }
+    if past:
+        bodies["every field one past its limit"] = orjson.dumps({**plain, **past})
+    return bodies
+
+
+def staff_session() -> tuple[dict[str, str], dict[str, str]]:
+    """Cookies and headers of a signed-in staff user (a session made in the database, and a CSRF secret
+    in cookie and header, as a browser would send them)."""
+    from django.conf import settings
+    from django.contrib.auth import BACKEND_SESSION_KEY, HASH_SESSION_KEY, SESSION_KEY, get_user_model
+    from django.contrib.sessions.backends.db import SessionStore
+
+    user = get_user_model().objects.create_user("body-limits-staff", is_staff=True)
+    session = SessionStore()
+    session[SESSION_KEY] = str(user.pk)
+    session[BACKEND_SESSION_KEY] = settings.AUTHENTICATION_BACKENDS[0]
+    session[HASH_SESSION_KEY] = user.get_session_auth_hash()
+    session.create()
+    secret = "b" * 32
+    cookies = {settings.SESSION_COOKIE_NAME: session.session_key or "", settings.CSRF_COOKIE_NAME: secret}
+    return cookies, {"X-CSRFToken": secret}
+
+
+def check_body_limits(base_url: str, data: TenantData, token: str) -> Outcome:
+    """The body-limits phase: every write operation × both credentials × every body. Failures: a 5xx, or
+    an error answer that is not {code, message, details}."""
+    from django.conf import settings
+
+    cookies, staff_headers = staff_session()
+    callers = {
+        "owner-token": ({"Authorization": f"Bearer {token}"}, {}),
+        "staff-session": (staff_headers, cookies),
+    }
+    lines: list[str] = []
+    failures = 0
+    sent = 0
+    with httpx.Client(base_url=base_url, timeout=60) as client:
+        schema = client.get("/v1/schema", params={"format": "json"}, headers=callers["owner-token"][0])
+        schema.raise_for_status()
+        spec = orjson.loads(schema.content)
+        for template, methods in sorted(spec["paths"].items()):
+            if re.search(SELF_REVOKING, template):
+                continue  # would revoke the run's own credential; it reads no body
+            for method, operation in methods.items():
+                if method not in WRITE_METHODS:
+                    continue
+                values = {
+                    p["name"]: NOTHING.get(p.get("schema", {}).get("type", "string"), "no-such-thing")
+                    for p in operation.get("parameters", [])
+                    if p.get("in") == "path"
+                }
+                values |= {k: str(v) for k, v in PATH_OBJECTS.get(template, lambda _: {})(data).items()}
+                path = template.format(**values)
+                bodies = {**limit_bodies(settings.API_JSON_MAX_BYTES), **field_bodies(spec, operation)}
+                for who, (headers, jar) in callers.items():
+                    client.cookies.clear()
+                    for name, value in jar.items():
+                        client.cookies.set(name, value)
+                    for label, body in bodies.items():
+                        sent += 1
+                        answer = client.request(
+                            method.upper(),
+                            path,
+                            content=body,
+                            headers={**headers, "Content-Type": "application/json"},
+                        )
+                        problem = _answer_problem(answer)
+                        if problem:
+                            failures += 1
+                            lines.append(f"FAIL {who} {method.upper()} {path} [{label}]: {problem}")
+    lines.append(f"body limits: {sent} requests, {failures} failures")
+    return Outcome("body-limits", 1 if failures else 0, "\n".join(lines))
+
+
+def _answer_problem(answer: Any) -> str:
+
+    if answer.status_code >= 500:
+        return f"{answer.status_code}: {answer.text[:200]}"
+    if answer.status_code < 400:
+        return f"{answer.status_code}: a body past a limit was accepted: {answer.text[:120]}"
+    try:
+        body = orjson.loads(answer.content)
+    except orjson.JSONDecodeError:
+        return f"{answer.status_code} without a JSON body: {answer.text[:120]!r}"
+    if not (isinstance(body, dict) and set(body) == {"code", "message", "details"}):
+        return f"{answer.status_code} not in the standard shape: {answer.text[:200]}"
+    return ""
+
+
 def run(max_examples: int, seed: int, report_dir: Path, extra: Sequence[str] = ()) -> list[Outcome]:
     """The whole run (Django must be set up): database, seed data, server, both schemathesis runs."""
     report_dir.mkdir(parents=True, exist_ok=True)
     outcomes: list[Outcome] = []
     if not ensure_error_hook():
         outcomes.append(Outcome("configuration", 1, MISSING_HOOK))
+    from accounts.models import Role
+
     with test_database():
-        token = seed_tenants()
+        data = seed_data()
+        token = data.tokens[Role.OWNER]
         with live_server() as base_url:
             for label, credential, selection in runs(token):
                 outcomes.append(
@@ -222,6 +430,7 @@ def run(max_examples: int, seed: int, report_dir: Path, extra: Sequence[str] = (
                         extra=[*selection, *extra],
                     )
                 )
+            outcomes.append(check_body_limits(base_url, data, token))
     return outcomes
 
 
