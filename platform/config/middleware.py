@@ -45,6 +45,15 @@ def is_api_path(path: str) -> bool:
     return path.startswith(API_PREFIX)
 
 
+def _is_error_body(body: Any) -> bool:
+    return (
+        isinstance(body, dict)
+        and isinstance(body.get("code"), str)
+        and isinstance(body.get("message"), str)
+        and isinstance(body.get("details"), dict)
+    )
+
+
 def has_error_shape(response: HttpResponseBase) -> bool:
     """Whether an answer's body is the standard `{code, message, details}` JSON object."""
     if response.streaming or not response.get("Content-Type", "").startswith("application/json"):
@@ -53,12 +62,7 @@ def has_error_shape(response: HttpResponseBase) -> bool:
         body = orjson.loads(response.content)  # type: ignore[attr-defined]
     except orjson.JSONDecodeError:
         return False
-    return (
-        isinstance(body, dict)
-        and isinstance(body.get("code"), str)
-        and isinstance(body.get("message"), str)
-        and isinstance(body.get("details"), dict)
-    )
+    return _is_error_body(body)
 
 
 def _phrase(status: int) -> str:
@@ -75,23 +79,27 @@ def status_code_name(status: int) -> str:
 
 
 def standard_error(request: HttpRequest, response: HttpResponseBase) -> HttpResponse:
-    """The same status and meaningful headers, with the standard body."""
+    """The same status and meaningful headers, with the standard body: the answer's own when DRF
+    rendered it otherwise (the browsable API's HTML for a browser), else one made from the status."""
     status = response.status_code
-    details: dict[str, Any] = {}
-    if status == 405:
-        allowed = [m.strip() for m in response.get("Allow", "").split(",") if m.strip()]
-        details["allowed"] = allowed
-        message = f"Method {request.method} is not allowed here."
-    elif status == 404:
-        details["path"] = request.path
-        message = "No such resource."
+    data: Any = getattr(response, "data", None)
+    if _is_error_body(data):
+        answer = error_response(status, data["code"], data["message"], data["details"])
     else:
-        message = _phrase(status)
-    answer = error_response(status, status_code_name(status), message, details)
+        answer = error_response(status, status_code_name(status), *_message_and_details(request, response))
     for name in KEPT_HEADERS:
         if name in response:
             answer[name] = response[name]
     return answer
+
+
+def _message_and_details(request: HttpRequest, response: HttpResponseBase) -> tuple[str, dict[str, Any]]:
+    if response.status_code == 405:
+        allowed = [m.strip() for m in response.get("Allow", "").split(",") if m.strip()]
+        return f"Method {request.method} is not allowed here.", {"allowed": allowed}
+    if response.status_code == 404:
+        return "No such resource.", {"path": request.path}
+    return _phrase(response.status_code), {}
 
 
 def control_problem(request: HttpRequest) -> dict[str, Any] | None:

@@ -141,3 +141,14 @@ def test_tab_and_newline_are_not_control_characters_to_refuse() -> None:
     response = client.get("/v1/contracts?package=a%09b%0Ac")
     assert response.status_code == 200, response.content
     assert response.json()["results"] == []
+
+
+def test_an_error_drf_would_render_as_html_is_sent_as_its_standard_json() -> None:
+    """A browser asking for HTML (the browsable API) still gets the error's own code and details."""
+    client = token_client(TenantFactory.create())
+    response = client.post(
+        "/v1/keys", data={}, content_type="application/json", headers={"Accept": "text/html"}
+    )
+    body = assert_standard(response, "POST /v1/keys as a browser")
+    assert (response.status_code, body["code"]) == (400, "invalid_request")
+    assert "contract" in body["details"]
