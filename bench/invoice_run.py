@@ -145,11 +145,11 @@ def run(records: int, contracts: int) -> None:
     from rich.table import Table
 
     from billing.models import Invoice
-    from billing.periods import month_bounds
     from billing.selectors import ContractMeter, usage_by_contract
     from billing.tasks import run_invoices
     from clickhouse_store import query
     from clickhouse_store.migrator import apply_migrations
+    from common.periods import month_bounds
     from contracts.dimensions import AGGREGATES
 
     console = Console()
@@ -214,7 +214,7 @@ def _write_floor() -> float:
     from django.db import transaction
 
     from billing.models import Invoice, InvoiceLine
-    from config.pg_copy import copy_insert
+    from common.pg_copy import copy_insert
 
     invoices, lines = list(Invoice.objects.all()), list(InvoiceLine.objects.all())
     with transaction.atomic():

@@ -116,14 +116,14 @@ def run(contract_count: int, record_count: int) -> None:
 
     from clickhouse_store import query
     from clickhouse_store.migrator import apply_migrations
-    from sla.periods import month_window
+    from common.periods import month_bounds
     from sla.services import compute_report
     from sla.tasks import evaluate_burn_rates_task
 
     console = Console()
     apply_migrations()
     contracts = _seed_contracts(contract_count)
-    start, end = month_window("2026-11", "Asia/Shanghai")
+    start, end = month_bounds("2026-11", "Asia/Shanghai")
     start_ns = int(start.timestamp()) * 10**9
     span = int((end - start).total_seconds()) * 10**9
 

@@ -17,9 +17,10 @@ from rest_framework.request import Request
 from rest_framework.views import APIView
 
 from accounts.access import WRITE_ANY, principal_of
-from config.errors import error_response
-from config.fields import IdentifierField, StrictCharField
-from config.filters import ListFilter, code_filter
+from common.errors import error_response
+from common.fields import IdentifierField, StrictCharField
+from common.filters import ListFilter, code_filter
+from common.periods import month_bounds
 from contracts.models import Contract
 from contracts.services import check_currency
 
@@ -28,7 +29,6 @@ from .models import Invoice, InvoiceLine, Note, Outcome
 from .outcomes import decide_outcome, declare_outcome
 from .payments import handle_webhook
 from .pdf import render_invoice_pdf
-from .periods import month_bounds
 from .selectors import (
     credit_balance,
     invoice_with_lines,

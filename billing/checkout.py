@@ -18,9 +18,9 @@ from django.conf import settings
 from django.db import transaction
 from django.utils import timezone
 
-from config.errors import ApiError
+from common.errors import ApiError
+from common.money import MINOR_UNITS
 from contracts.models import Contract
-from contracts.money import MINOR_UNITS
 
 from .payments import client, minor_units, sync_customer
 from .services import grant_credits

@@ -23,7 +23,7 @@ from django.db.models import Case, F, QuerySet, Sum, When
 from agents.models import Agent
 from catalog.models import ComputePackage, HostCostProfile
 from clickhouse_store import query
-from contracts.money import round_money
+from common.money import round_money
 
 from .models import Invoice, Note
 

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from config.errors import ApiError
+from common.errors import ApiError
 
 
 class BillingError(ApiError, ValueError):

@@ -18,7 +18,7 @@ from typing import Any
 from django.apps import apps
 
 from sla.models import Exclusion
-from sla.sli import nanos
+from treemeter_records.timeutil import unix_nanos
 
 # Bound-parameter SQL over one record: whether a dispute excluded it, whether an SLA pause covers it.
 DISPUTED = "has({ex_ids:Array(UUID)}, record_id)"
@@ -43,8 +43,8 @@ class RatingExclusions:
         return {
             "ex_ids": sorted(r for ids in self.record_ids.values() for r in ids),
             "pz_contracts": [x.contract.code for x in windows],
-            "pz_starts": [nanos(x.starts_at) for x in windows],
-            "pz_ends": [nanos(x.ends_at) for x in windows],
+            "pz_starts": [unix_nanos(x.starts_at) for x in windows],
+            "pz_ends": [unix_nanos(x.ends_at) for x in windows],
             "pz_failed_only": [1 if x.scope == Exclusion.Scope.FAILED else 0 for x in windows],
         }
 
@@ -91,7 +91,7 @@ def rating_exclusions(
     disputes: dict[str, list[int]] = {}
     if apps.is_installed("ledger"):
         excluded = apps.get_model("ledger", "BillingExclusion").objects.filter(
-            contract__in=list(owners), start_ns__gte=nanos(start), start_ns__lt=nanos(end)
+            contract__in=list(owners), start_ns__gte=unix_nanos(start), start_ns__lt=unix_nanos(end)
         )
         if as_of is not None:
             excluded = excluded.filter(created_at__lte=as_of)

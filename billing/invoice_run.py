@@ -29,7 +29,7 @@ from django.db import transaction
 from django.db.models import Q, Sum
 
 from accounts.models import Tenant
-from config.pg_copy import copy_insert
+from common.pg_copy import copy_insert
 from contracts.dimensions import Dimension
 from contracts.models import NEVER_BILLED, Contract
 from sla.models import ServiceCredit

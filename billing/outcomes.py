@@ -10,15 +10,16 @@ invoice of the period they were confirmed in; a revocation after billing issues 
 from __future__ import annotations
 
 from collections.abc import Iterable
-from datetime import UTC, datetime, timedelta
+from datetime import datetime, timedelta
 from decimal import Decimal, InvalidOperation
 
 from django.db import transaction
 from django.db.models import F
 
 from clickhouse_store import query
+from common.money import round_money
 from contracts.models import Contract
-from contracts.money import round_money
+from treemeter_records.timeutil import assume_utc
 
 from . import services
 from .errors import BillingError, InvalidRequest
@@ -71,14 +72,10 @@ def sync_record_outcomes(contract: Contract, start: datetime, end: datetime) -> 
             **_rule_decision(bool(holds), declared),
         )
         for record_id, ref, kind, value, start_time, holds in rows
-        for declared in [_utc(start_time)]
+        for declared in [assume_utc(start_time)]
     ]
     Outcome.objects.bulk_create(new, ignore_conflicts=True)
     return len(new)
-
-
-def _utc(moment: datetime) -> datetime:
-    return moment if moment.tzinfo else moment.replace(tzinfo=UTC)
 
 
 def _rule_decision(holds: bool, declared: datetime) -> dict[str, object]:

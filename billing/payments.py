@@ -20,7 +20,7 @@ from django.db.models import Sum
 from django.utils import timezone
 
 from accounts.models import Tenant
-from contracts.money import MINOR_UNITS
+from common.money import MINOR_UNITS
 from webhooks.events import publish_invoice_event
 
 from . import services

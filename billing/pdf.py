@@ -1,7 +1,7 @@
 """Invoice PDFs in English or Simplified Chinese (ReportLab, with an embedded TrueType CJK font).
 
 ReportLab's built-in CID font STSong-Light is not embedded, so viewers without Asian font packs show
-blanks; we embed a subset of the one CJK font of the project (config.cjk_font, from a pip package).
+blanks; we embed a subset of the one CJK font of the project (common.cjk_font, from a pip package).
 """
 
 from __future__ import annotations
@@ -17,7 +17,7 @@ from reportlab.lib.styles import ParagraphStyle
 from reportlab.lib.units import mm
 from reportlab.platypus import Paragraph, SimpleDocTemplate, Spacer, Table, TableStyle
 
-from config.cjk_font import register_cjk_font
+from common.cjk_font import register_cjk_font
 
 from .errors import InvalidRequest
 from .models import Invoice, InvoiceLine

@@ -17,11 +17,11 @@ from datetime import datetime
 from decimal import Decimal
 from typing import Any
 
+from common.money import round_money
+from common.periods import next_period_bounds
 from contracts.dimensions import DIMENSION_CODES, DIMENSION_LABELS
-from contracts.money import round_money
 
 from .charge_models import ChargeModel, Percentage, Volume
-from .periods import next_period_bounds
 from .terms import ChargeTerms, Terms
 
 ZERO = Decimal(0)

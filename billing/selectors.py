@@ -20,7 +20,7 @@ from django.db.models import QuerySet, Sum
 
 from clickhouse_store import query
 from contracts.dimensions import AGGREGATES, quantity_from_aggregate
-from sla.sli import nanos
+from treemeter_records.timeutil import unix_nanos
 
 from .exclusions import DISPUTED, PAUSED, RatingExclusions, rating_exclusions
 from .expressions import compile_metric
@@ -85,7 +85,7 @@ def usage_sql(
     if any(m.bounds for m in meters):
         segment = SEGMENT
         params["sg_contracts"] = [m.contract for m in meters for _ in m.bounds]
-        params["sg_bounds"] = [nanos(b) for m in meters for b in m.bounds]
+        params["sg_bounds"] = [unix_nanos(b) for m in meters for b in m.bounds]
     columns = [f"{expr} FILTER (WHERE {_OK})" for expr in AGGREGATES.values()]
     users: dict[str, list[str]] = {}
     for meter in meters:

@@ -19,9 +19,9 @@ from django.conf import settings
 from django.db import IntegrityError, transaction
 from django.utils import timezone
 
+from common.money import round_money
 from contracts.dimensions import Dimension
 from contracts.models import NEVER_BILLED, Contract
-from contracts.money import round_money
 from ingest.outbox import store_pending
 from webhooks.events import publish_invoice_event, publish_invoice_events
 

@@ -12,6 +12,7 @@ from celery import shared_task
 from django.db.models import Q
 from django.utils import timezone
 
+from common.periods import month_bounds
 from contracts.models import Contract, ContractPrice
 from ingest.outbox import store_pending
 
@@ -19,7 +20,6 @@ from .errors import TermsError
 from .invoice_run import invoice_contracts
 from .models import Invoice, Note, StripeNote, StripePayment
 from .payments import TRANSIENT, PushInFlight, push_invoice, push_note
-from .periods import month_bounds
 from .selectors import ContractMeter, usage_by_contract
 from .services import generate_invoice
 

@@ -13,9 +13,9 @@ from datetime import UTC, datetime
 from decimal import Decimal
 from typing import Any
 
+from common.money import MINOR_UNITS
 from contracts.dimensions import DIMENSION_CODES, DIMENSION_LABELS
 from contracts.models import Contract, ContractPrice
-from contracts.money import MINOR_UNITS
 
 from .charge_models import ChargeModel, build_charge_model
 from .errors import TermsError

@@ -29,7 +29,8 @@ import httpx
 import structlog
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey, Ed25519PublicKey
 
-from . import protocol
+from treemeter_records import protocol
+
 from .spool import Spool
 
 log = structlog.get_logger("compute_agents.entitlements")

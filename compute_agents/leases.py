@@ -36,7 +36,8 @@ import httpx
 import structlog
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 
-from . import protocol
+from treemeter_records import protocol
+
 from .entitlements import Entitlement, Reservation, quota_period
 from .spool import LeaseRequest, Spool, SpooledLease
 

@@ -7,9 +7,8 @@ from pathlib import Path
 
 import httpx
 
-from treemeter_records import IngestClient, private_key_from_seed, public_key_from_b64
+from treemeter_records import IngestClient, private_key_from_seed, protocol, public_key_from_b64
 
-from . import protocol
 from .engine import Engine, TorchEngine
 from .entitlements import EntitlementStore
 from .leases import LeaseClient, LeasedQuotaBook

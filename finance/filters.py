@@ -7,9 +7,9 @@ from datetime import datetime
 
 from django.http import QueryDict
 
-from billing.periods import month_bounds
-from config.errors import ApiError
-from contracts.money import MINOR_UNITS
+from common.errors import ApiError
+from common.money import MINOR_UNITS
+from common.periods import month_bounds
 
 
 class FilterError(ApiError):

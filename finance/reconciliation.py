@@ -28,6 +28,7 @@ from clickhouse_store import query
 from contracts.dimensions import AGGREGATES, quantity_from_aggregate
 from ledger.models import BillingExclusion
 from sla.models import Exclusion
+from treemeter_records.timeutil import unix_nanos
 
 ZERO = Decimal(0)
 _EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
@@ -42,7 +43,7 @@ _CONDITIONS = {
 # Constant SQL (our own expressions and table); every value is a bound parameter. Each record finds
 # its invoice, and its dispute exclusion, through `transform` (a hash lookup built once per block), so
 # the cost stays linear in records however many invoices or exclusions the report covers. Billing
-# periods are calendar months (billing.periods): the invoice key is tenant/contract/YYYYMM, and the
+# periods are calendar months (common.periods): the invoice key is tenant/contract/YYYYMM, and the
 # invoice's own bounds are checked as well.
 _SQL = (
     "WITH transform(concat(tenant, '/', contract, '/', toString(toYYYYMM(start_time))), "  # noqa: S608
@@ -86,10 +87,6 @@ def _ms(moment: datetime) -> int:
     return (moment - _EPOCH) // timedelta(milliseconds=1)
 
 
-def _ns(moment: datetime) -> int:
-    return (moment - _EPOCH) // timedelta(microseconds=1) * 1000
-
-
 def _invoices(selected: ReconciliationFilter) -> list[Invoice]:
     rows = Invoice.objects.filter(
         status__in=[Invoice.Status.FINALIZED, Invoice.Status.PAID], finalized_at__isnull=False
@@ -113,7 +110,7 @@ def _params(invoices: list[Invoice]) -> dict[str, Any]:
     end = max(i.period_end for i in invoices)
     excluded = list(
         BillingExclusion.objects.filter(
-            contract__in=contracts, start_ns__gte=_ns(start), start_ns__lt=_ns(end)
+            contract__in=contracts, start_ns__gte=unix_nanos(start), start_ns__lt=unix_nanos(end)
         ).values_list("record_id", "created_at")
     )
     pauses = list(
@@ -130,14 +127,14 @@ def _params(invoices: list[Invoice]) -> dict[str, Any]:
             f"{i.tenant.code}/{i.contract.code}/{i.period_start.astimezone(UTC):%Y%m}" for i in invoices
         ],
         "inv_slots": list(range(1, len(invoices) + 1)),
-        "inv_starts": [_ns(i.period_start) for i in invoices],
-        "inv_ends": [_ns(i.period_end) for i in invoices],
+        "inv_starts": [unix_nanos(i.period_start) for i in invoices],
+        "inv_ends": [unix_nanos(i.period_end) for i in invoices],
         "inv_final_ms": [_ms(cast(datetime, i.finalized_at)) for i in invoices],
         "ex_ids": [str(record_id) for record_id, _ in excluded],
         "ex_created_ms": [_ms(created) for _, created in excluded],
         "pz_contracts": [p[0] for p in pauses],
-        "pz_starts": [_ns(p[1]) for p in pauses],
-        "pz_ends": [_ns(p[2]) for p in pauses],
+        "pz_starts": [unix_nanos(p[1]) for p in pauses],
+        "pz_ends": [unix_nanos(p[2]) for p in pauses],
         "pz_failed_only": [1 if p[3] == Exclusion.Scope.FAILED else 0 for p in pauses],
         "pz_declared_ms": [_ms(p[4]) for p in pauses],
         "tenants": sorted({i.tenant.code for i in invoices}),

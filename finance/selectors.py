@@ -18,8 +18,8 @@ from django.db.models.functions import TruncMonth
 
 from billing.costs import cost_currency, cost_report, net_revenue_by, revenue_invoices
 from billing.models import Invoice, Note
+from common.money import round_money
 from contracts.models import Contract
-from contracts.money import round_money
 from ledger.models import Dispute
 
 ZERO = Decimal("0.00")

@@ -17,8 +17,8 @@ from django.utils.translation import pgettext
 from django.views.decorators.http import require_GET, require_POST
 
 from billing.models import Invoice
-from billing.periods import month_bounds, previous_month
-from config.errors import error_response
+from common.errors import error_response
+from common.periods import month_bounds, month_of, previous_month
 from ledger.models import Dispute
 from ledger.selectors import LedgerLookupError
 from ledger.services import resolve_dispute
@@ -66,7 +66,7 @@ def _month_or_last(query: QueryDict, now: datetime) -> tuple[str, tuple[datetime
     bounds = filters.month(query, "period")
     if bounds is not None:
         return (query.get("period") or "").strip(), bounds
-    month = previous_month(now)
+    month = previous_month(month_of(now))
     return month, month_bounds(month)
 
 

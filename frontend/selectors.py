@@ -15,8 +15,8 @@ from django.utils import timezone
 
 from accounts.access import Principal
 from billing.models import Invoice, Note
-from billing.periods import month_bounds, month_of
 from billing.selectors import period_usage
+from common.periods import month_bounds, month_of
 from contracts.models import Contract, prices_in_effect
 from entitlements.models import ApiKey, QuotaPeriod
 from ledger.models import Dispute

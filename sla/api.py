@@ -14,13 +14,13 @@ from rest_framework.request import Request
 from rest_framework.response import Response
 
 from accounts.access import visible_tenant_ids
-from config.errors import error_response
-from config.filters import ListFilter, code_filter
+from common.errors import error_response
+from common.filters import ListFilter, code_filter
+from common.periods import parse_month
 from contracts.models import Contract
 
 from .models import Exclusion, ServiceCredit, SlaAlert, SlaReport
 from .pdf import LANGUAGES, render_report_pdf
-from .periods import parse_month
 from .selectors import reports_for
 from .services import declare_exclusion
 

@@ -12,15 +12,14 @@ from decimal import Decimal
 from django.db.models import Sum
 
 from billing.models import OPEN_STATUSES, Invoice, InvoiceLine
+from common.periods import month_bounds
 from contracts.models import Contract
-
-from .periods import month_window
 
 
 def period_fee(contract: Contract, month: str) -> Decimal | None:
     """The invoiced net fee for the contract's UTC month `month`, or None until that invoice is
     finalised (a draft in its grace period can still change)."""
-    start, end = month_window(month, "UTC")
+    start, end = month_bounds(month, "UTC")
     invoice = (
         Invoice.objects.filter(contract=contract, period_start=start, period_end=end)
         .exclude(status__in=[*OPEN_STATUSES, Invoice.Status.VOID])

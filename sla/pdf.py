@@ -2,7 +2,7 @@
 
 ReportLab's built-in CID fonts are not embedded (a viewer without Asian font packs shows blanks), so
 Chinese text (and the English report's, whose names may be Chinese) uses a subset of the project's one
-CJK font embedded in the file (config.cjk_font, from a pip package).
+CJK font embedded in the file (common.cjk_font, from a pip package).
 """
 
 from __future__ import annotations
@@ -18,7 +18,7 @@ from reportlab.lib.styles import ParagraphStyle
 from reportlab.lib.units import mm
 from reportlab.platypus import Paragraph, SimpleDocTemplate, Spacer, Table, TableStyle
 
-from config.cjk_font import register_cjk_font
+from common.cjk_font import register_cjk_font
 
 from .models import SlaReport
 

@@ -14,8 +14,7 @@ from django.db.models import Max
 
 from contracts.models import Contract
 from ledger.models import Checkpoint, LogLeaf
-
-from .sli import nanos
+from treemeter_records.timeutil import unix_nanos
 
 
 def covering_checkpoint(contract: Contract, start: datetime, end: datetime) -> str:
@@ -23,8 +22,8 @@ def covering_checkpoint(contract: Contract, start: datetime, end: datetime) -> s
     last = LogLeaf.objects.filter(
         tenant=contract.tenant.code,
         contract=contract.code,
-        start_ns__gte=nanos(start),
-        start_ns__lt=nanos(end),
+        start_ns__gte=unix_nanos(start),
+        start_ns__lt=unix_nanos(end),
     ).aggregate(last=Max("index"))["last"]
     if last is None:
         return ""

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
-from datetime import UTC, date, datetime
+from datetime import date, datetime
 from decimal import Decimal
 from typing import Any
 
@@ -13,6 +13,7 @@ from django.db.models import QuerySet
 from accounts.access import visible_tenant_ids
 from clickhouse_store import query
 from contracts.models import Contract
+from treemeter_records.timeutil import assume_utc
 
 from .models import Exclusion, Objective, SlaReport
 from .sli import EXCLUDED, LATENCY_US, VALID, VALID_ALIAS, exclusion_params, indicator
@@ -87,11 +88,6 @@ def _measurement_sql(objectives: Sequence[Objective]) -> tuple[str, dict[str, An
     return sql, params
 
 
-def _utc(instant: datetime | None) -> datetime | None:
-    """ClickHouse hands back naive datetimes for UTC columns."""
-    return instant if instant is None or instant.tzinfo else instant.replace(tzinfo=UTC)
-
-
 def _ms(micros: Any) -> Decimal:
     return Decimal(int(micros)) / 1000
 
@@ -138,7 +134,7 @@ def measure(
         objectives=counts,
         percentiles_ms=percentiles,
         daily=daily,
-        data_watermark=_utc(row["watermark"]),
+        data_watermark=None if row["watermark"] is None else assume_utc(row["watermark"]),
     )
 
 

@@ -14,16 +14,20 @@ from django.contrib.auth.models import User
 from django.db import IntegrityError, transaction
 from django.utils import timezone
 
+from common.money import round_money
+from common.periods import month_bounds
 from contracts.models import Contract
-from contracts.money import round_money
 from ingest.outbox import store_pending
 
 from .fees import period_fee
 from .models import Exclusion, Objective, ServiceCredit, SlaPolicy, SlaReport
-from .periods import SETTLE, month_window
 from .provenance import covering_checkpoint
 from .selectors import Measurement, ObjectiveCounts, exclusions_overlapping, measure
 from .terms import credit_percent, policy_for, ratio_percent
+
+# Agents buffer and retry, so records arrive a little late: a month's report becomes final this long
+# after the month ends (before that it stays provisional and is recomputed).
+SETTLE = timedelta(hours=1)
 
 
 class SlaError(ValueError):
@@ -151,7 +155,7 @@ def compute_report(contract: Contract, month: str, *, now: datetime | None = Non
     existing = SlaReport.objects.filter(contract=contract, month=month).first()
     if existing is not None and existing.status == SlaReport.Status.FINAL:
         return _with_checkpoint(existing)
-    start, end = month_window(month, policy.time_zone)
+    start, end = month_bounds(month, policy.time_zone)
     if start > now:
         raise SlaError("period_not_started", f"The SLA month {month} has not started yet.")
     objectives = list(policy.objectives.prefetch_related("credit_steps"))

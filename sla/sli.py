@@ -13,9 +13,10 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
-from datetime import datetime
 from decimal import Decimal
 from typing import Any
+
+from treemeter_records.timeutil import unix_nanos
 
 from .models import Exclusion, Objective
 
@@ -43,16 +44,12 @@ VALID_ALIAS = "v"
 EXCLUDED = f"status != 'rejected' AND NOT {VALID_ALIAS}"
 
 
-def nanos(instant: datetime) -> int:
-    return int(instant.timestamp()) * 10**9 + instant.microsecond * 1000
-
-
 def exclusion_params(exclusions: Sequence[Exclusion]) -> dict[str, Any]:
     """The bound arrays the VALID/EXCLUDED expressions read (each exclusion applies to its own contract)."""
     return {
         "ex_contracts": [x.contract.code for x in exclusions],
-        "ex_starts": [nanos(x.starts_at) for x in exclusions],
-        "ex_ends": [nanos(x.ends_at) for x in exclusions],
+        "ex_starts": [unix_nanos(x.starts_at) for x in exclusions],
+        "ex_ends": [unix_nanos(x.ends_at) for x in exclusions],
         "ex_failed_only": [1 if x.scope == Exclusion.Scope.FAILED else 0 for x in exclusions],
     }
 

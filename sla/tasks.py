@@ -8,13 +8,13 @@ from celery import shared_task
 from django.db.models import Q, QuerySet
 from django.utils import timezone
 
+from common.periods import month_bounds, month_of, previous_month
 from contracts.models import Contract
 
 from .alerts import evaluate_policy_burn_rates
 from .health import evaluate_health
 from .models import SlaPolicy
-from .periods import SETTLE, month_of, month_window, previous_month
-from .services import close_period
+from .services import SETTLE, close_period
 from .terms import policy_for
 
 
@@ -48,7 +48,7 @@ def close_due_periods_task(now_iso: str | None = None) -> int:
         if policy is None:
             continue
         month = previous_month(month_of(now, policy.time_zone))
-        end = month_window(month, policy.time_zone)[1]
+        end = month_bounds(month, policy.time_zone)[1]
         if contract.starts_at >= end or end + SETTLE > now:
             continue  # the contract had not started in that month, or the month is still settling
         close_period(contract, month, now=now)

@@ -164,7 +164,7 @@ FILLERS: dict[str, Fill] = {
 # Patterns anyone may call without signing in, and why. They are still swept: no leak, no write, no 5xx.
 PUBLIC: dict[str, str] = {
     "ingest-batches": "agents authenticate by the Ed25519 signature of the batch itself",
-    "entitlements-snapshot": "agents authenticate by a signed request header (compute_agents.protocol)",
+    "entitlements-snapshot": "agents authenticate by a signed request header (treemeter_records.protocol)",
     "entitlements-platform-key": "the platform's public verification key, published on purpose",
     "entitlements-lease-grant": "agents authenticate by a signed request, the body's hash included",
     "entitlements-lease-settle": "agents authenticate by a signed request, the body's hash included",

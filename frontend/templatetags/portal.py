@@ -7,7 +7,7 @@ from decimal import Decimal
 from django import template
 from django.utils.formats import number_format
 
-from contracts.money import MINOR_UNITS, round_money
+from common.money import MINOR_UNITS, round_money
 
 from .. import labels
 

@@ -10,7 +10,7 @@ from django.utils.translation import gettext as _
 from accounts.access import WRITE_BILLING, Principal
 from catalog.selectors import active_packages
 from catalog.services import purchase_package
-from config.errors import ApiError
+from common.errors import ApiError
 
 from ..access import WRITE, portal_view
 from .common import error_message, page

@@ -5,7 +5,7 @@ from __future__ import annotations
 from django.http import Http404, HttpRequest, HttpResponse
 
 from accounts.access import Principal
-from billing.periods import month_of
+from common.periods import month_of
 
 from .. import selectors
 from ..access import portal_view

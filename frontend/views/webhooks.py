@@ -8,7 +8,7 @@ from django.shortcuts import redirect
 from django.utils.translation import gettext as _
 
 from accounts.access import WRITE_DEVELOPER, Principal
-from config.errors import ApiError
+from common.errors import ApiError
 from webhooks.services import create_endpoint, replay_delivery
 
 from .. import selectors

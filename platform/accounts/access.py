@@ -9,7 +9,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from config.errors import ApiError
+from common.errors import ApiError
 
 from .models import ApiToken, Membership, Role, Tenant
 

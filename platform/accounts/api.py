@@ -13,7 +13,7 @@ from rest_framework.request import Request
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
-from config.fields import IdentifierField
+from common.fields import IdentifierField
 
 from .access import WRITE_OWNER, principal_of
 from .models import ApiToken, Role

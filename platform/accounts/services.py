@@ -6,7 +6,7 @@ from dataclasses import dataclass
 
 from django.utils import timezone
 
-from config.errors import ApiError
+from common.errors import ApiError
 
 from .access import Principal
 from .models import ApiToken, Role, new_token_secret, token_digest

@@ -7,7 +7,7 @@ from rest_framework.request import Request
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
-from config.fields import IdentifierField
+from common.fields import IdentifierField
 
 from .services import register_agent
 

@@ -10,7 +10,7 @@ from django.db import transaction
 from django.utils import timezone
 
 from accounts.models import Tenant
-from config.errors import ApiError
+from common.errors import ApiError
 from contracts.models import Contract
 from treemeter_records import key_id_for
 

@@ -10,8 +10,8 @@ from rest_framework.response import Response
 from rest_framework.views import APIView
 
 from accounts.access import WRITE_BILLING, principal_of
-from config.fields import IdentifierField
-from config.pagination import CursorPage
+from common.fields import IdentifierField
+from common.pagination import CursorPage
 from contracts.api import ContractSerializer
 
 from .models import ComputePackage, PackagePlan, PlanPrice

@@ -11,9 +11,9 @@ from django.utils import timezone
 
 from accounts.access import Principal
 from billing.checkout import start_checkout
-from config.errors import ApiError
+from common.errors import ApiError
+from common.money import round_money
 from contracts.models import Contract
-from contracts.money import round_money
 from contracts.services import set_charge
 
 from .models import PackagePlan

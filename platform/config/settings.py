@@ -189,7 +189,7 @@ INGEST_MAX_BATCH_RECORDS = env.integer("INGEST_MAX_BATCH_RECORDS", 20_000, minim
 INGEST_MAX_FUTURE_SKEW_SECONDS = env.integer("INGEST_MAX_FUTURE_SKEW_SECONDS", 300, minimum=0)
 INGEST_MAX_PAST_DAYS = env.integer("INGEST_MAX_PAST_DAYS", 35, minimum=1)
 DATA_UPLOAD_MAX_MEMORY_SIZE = INGEST_MAX_BATCH_BYTES + 1024
-# Every other JSON body (REST and agent requests; config.parsers): at most this many bytes, else 413.
+# Every other JSON body (REST and agent requests; common.parsers): at most this many bytes, else 413.
 API_JSON_MAX_BYTES = env.integer("API_JSON_MAX_BYTES", 1024 * 1024, minimum=1024)
 
 # Stripe (billing.payments): empty key = invoices are not pushed; STRIPE_API_BASE points tests at a fake.
@@ -218,9 +218,9 @@ REST_FRAMEWORK = {
         "rest_framework.permissions.IsAuthenticated",
         "accounts.permissions.TenantRolePermission",
     ],
-    # The only parser: orjson with the size, nesting and member limits (config.parsers, docs/api.md).
-    "DEFAULT_PARSER_CLASSES": ["config.parsers.JsonParser"],
-    "DEFAULT_PAGINATION_CLASS": "config.pagination.CursorPage",
+    # The only parser: orjson with the size, nesting and member limits (common.parsers, docs/api.md).
+    "DEFAULT_PARSER_CLASSES": ["common.parsers.JsonParser"],
+    "DEFAULT_PAGINATION_CLASS": "common.pagination.CursorPage",
     "PAGE_SIZE": 50,
     "DEFAULT_THROTTLE_CLASSES": [
         "rest_framework.throttling.AnonRateThrottle",
@@ -230,7 +230,7 @@ REST_FRAMEWORK = {
         "anon": env.text("API_RATE_ANON", "120/min"),
         "user": env.text("API_RATE_USER", "1200/min"),
     },
-    "EXCEPTION_HANDLER": "config.errors.api_exception_handler",
+    "EXCEPTION_HANDLER": "common.errors.api_exception_handler",
 }
 # Throttle counters live in the cache: Redis when CACHE_URL names one, else this process's memory.
 _cache_url = env.text("CACHE_URL", "")
@@ -255,7 +255,7 @@ SPECTACULAR_SETTINGS = {
     "REDOC_DIST": "SIDECAR",
     "POSTPROCESSING_HOOKS": [
         "drf_spectacular.hooks.postprocess_schema_enums",
-        "config.errors.document_error_responses",
+        "common.errors.document_error_responses",
     ],
     "ENUM_NAME_OVERRIDES": {
         "InvoiceStatusEnum": "billing.models.Invoice.Status",

@@ -10,9 +10,9 @@ from entitlements import views as entitlements_views
 from ingest.views import ingest_batches
 
 # /v1/… answers errors as JSON {code, message, details} even for URLs no route matches.
-handler400 = "config.errors.bad_request"
-handler404 = "config.errors.not_found"
-handler500 = "config.errors.server_error"
+handler400 = "common.errors.bad_request"
+handler404 = "common.errors.not_found"
+handler500 = "common.errors.server_error"
 
 urlpatterns = [
     path("admin/", admin.site.urls),

@@ -19,9 +19,9 @@ from rest_framework.response import Response
 from rest_framework.views import APIView
 
 from accounts.access import principal_of
-from config.errors import error_response
-from config.fields import IdentifierField
-from config.filters import ListFilter, code_filter
+from common.errors import error_response
+from common.fields import IdentifierField
+from common.filters import ListFilter, code_filter
 
 from .models import Contract, ContractMetric
 from .selectors import current_usage, quotas, visible_contracts

@@ -11,8 +11,7 @@ from django.db import models
 from accounts.models import Tenant
 from accounts.validators import validate_slug_code
 from catalog.models import ComputePackage, PackagePlan
-
-from .money import CURRENCY_CHOICES, DEFAULT_CURRENCY, validate_currency
+from common.money import CURRENCY_CHOICES, DEFAULT_CURRENCY, validate_currency
 
 ZERO = Decimal(0)
 

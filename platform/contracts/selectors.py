@@ -14,9 +14,9 @@ from decimal import Decimal
 from django.db.models import QuerySet
 from django.utils import timezone
 
-from billing.periods import month_bounds, month_of
 from billing.rating import PeriodUsage
 from billing.selectors import ContractMeter, usage_by_contract
+from common.periods import month_bounds, month_of
 
 from .models import NEVER_BILLED, Contract, prices_in_effect
 

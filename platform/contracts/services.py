@@ -13,8 +13,8 @@ from django.utils import timezone
 from billing.errors import BillingError, TermsError
 from billing.expressions import compile_metric
 from billing.models import OPEN_STATUSES, Invoice
-from billing.periods import month_bounds, month_of
 from billing.terms import validate_charge
+from common.periods import month_bounds, month_of
 from webhooks.events import publish_quota_exhausted
 
 from .dimensions import Dimension

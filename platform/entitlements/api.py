@@ -13,8 +13,8 @@ from rest_framework.response import Response
 from rest_framework.views import APIView
 
 from accounts.access import WRITE_DEVELOPER, principal_of
-from config.fields import IdentifierField
-from config.filters import ListFilter, code_filter
+from common.fields import IdentifierField
+from common.filters import ListFilter, code_filter
 
 from .models import ApiKey
 from .selectors import visible_api_keys

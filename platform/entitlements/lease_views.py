@@ -1,6 +1,6 @@
 """Quota leases for agents: POST /v1/entitlements/leases and POST /v1/entitlements/leases/<id>/settle.
 
-The agent signs each request as it signs the snapshot request (compute_agents.protocol), the body's
+The agent signs each request as it signs the snapshot request (treemeter_records.protocol), the body's
 SHA-256 included; the signature is the authentication, so no session or CSRF applies.
 """
 
@@ -19,11 +19,10 @@ from rest_framework import serializers
 
 from agents.models import AgentKey
 from agents.selectors import key_with_agent
-from compute_agents import protocol
-from config.errors import ApiError, error_response
-from config.fields import IdentifierField
-from config.parsers import read_json
-from treemeter_records import public_key_from_b64
+from common.errors import ApiError, error_response
+from common.fields import IdentifierField
+from common.parsers import read_json
+from treemeter_records import protocol, public_key_from_b64
 
 from .leases import LeaseAnswer, grant_lease, lease_state, settle_lease
 

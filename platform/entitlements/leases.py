@@ -24,7 +24,7 @@ from django.utils import timezone
 
 from agents.models import AgentKey
 from agents.selectors import agent_scope
-from config.errors import ApiError
+from common.errors import ApiError
 from contracts.models import Contract
 from webhooks.services import publish_event
 

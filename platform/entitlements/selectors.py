@@ -9,8 +9,8 @@ from django.db.models import QuerySet
 
 from agents.models import AgentKey
 from agents.selectors import agent_scope
-from compute_agents.protocol import SNAPSHOT_VERSION
 from contracts.models import Contract
+from treemeter_records.protocol import SNAPSHOT_VERSION
 
 from .models import ApiKey
 

@@ -10,9 +10,9 @@ from django.utils import timezone
 
 from accounts.access import Principal
 from accounts.validators import validate_slug_code
-from compute_agents.protocol import API_KEY_PREFIX, api_key_hash
-from config.errors import ApiError
+from common.errors import ApiError
 from contracts.models import Contract
+from treemeter_records.protocol import API_KEY_PREFIX, api_key_hash
 
 from .models import ApiKey
 

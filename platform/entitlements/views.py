@@ -15,10 +15,15 @@ from rest_framework.response import Response
 from rest_framework.views import APIView
 
 from agents.selectors import key_with_agent
-from compute_agents import protocol
-from config.errors import error_response
-from config.fields import IdentifierField
-from treemeter_records import key_id_for, private_key_from_seed, public_key_from_b64, public_key_to_b64
+from common.errors import error_response
+from common.fields import IdentifierField
+from treemeter_records import (
+    key_id_for,
+    private_key_from_seed,
+    protocol,
+    public_key_from_b64,
+    public_key_to_b64,
+)
 
 from .selectors import entitlement_snapshot
 from .services import issue_api_key, revoke_api_key
@@ -28,7 +33,7 @@ REQUEST_WINDOW_NS = 300 * 10**9
 
 @require_GET
 def snapshot(request: HttpRequest) -> JsonResponse:
-    """The agent signs the request (see compute_agents.protocol); the answer is signed by the platform."""
+    """The agent signs the request (see treemeter_records.protocol); the answer is signed by the platform."""
     agent_id = request.headers.get(protocol.HEADER_AGENT, "")
     key_id = request.headers.get(protocol.HEADER_KEY_ID, "")
     signature = request.headers.get(protocol.HEADER_SIGNATURE, "")

@@ -7,7 +7,7 @@ from collections.abc import Callable
 
 from django.http import HttpRequest, HttpResponse
 
-from config.errors import error_response
+from common.errors import error_response
 
 from . import services
 

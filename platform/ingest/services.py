@@ -42,6 +42,7 @@ from treemeter_records import (
     parse_batch,
     validate_batch_records,
 )
+from treemeter_records.timeutil import unix_nanos
 
 from . import rejections, sequences
 from .models import IngestBatch, PendingInsert, RejectedRecord, SequenceGap, SequenceRange
@@ -211,7 +212,7 @@ def _sort_records(agent: Agent, batch: ParsedBatch, ranges: list[sequences.Range
         )
     scope = agent_scope(agent.pk)
     contracts = _contract_terms({record["contract"] for _, record in checked.valid})
-    now_ns = int(now.timestamp() * 1_000_000_000)
+    now_ns = unix_nanos(now)
     candidates: list[tuple[int, str, bytes, AcceptedRecord]] = []  # (seq, record_id, line, log entry)
     seen_ids: set[str] = set()
     for (seq, record), index in zip(checked.valid, checked.valid_index, strict=True):

@@ -7,7 +7,7 @@ from django.http import HttpRequest, JsonResponse
 from django.views.decorators.csrf import csrf_exempt
 from django.views.decorators.http import require_POST
 
-from config.errors import error_response
+from common.errors import error_response
 
 from .services import IngestRefused, ingest_batch
 

@@ -27,8 +27,8 @@ from rest_framework.response import Response
 from rest_framework.views import APIView
 
 from accounts.access import WRITE_BILLING, principal_of
-from config.errors import error_response
-from config.fields import IdentifierField
+from common.errors import error_response
+from common.fields import IdentifierField
 from ingest.outbox import store_pending
 
 from . import selectors

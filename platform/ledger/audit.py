@@ -14,6 +14,7 @@ from datetime import datetime, timedelta
 
 from accounts.models import Tenant
 from ingest.outbox import store_pending
+from treemeter_records.timeutil import unix_nanos
 from webhooks.services import publish_event
 
 from .models import LogLeaf
@@ -33,7 +34,7 @@ class AuditFinding:
 def audit_window(start: datetime, end: datetime) -> list[AuditFinding]:
     """Audit every contract with logged records whose start time lies in [start, end); publish findings."""
     store_pending()  # a committed batch still in the outbox is not "missing"
-    start_ns, end_ns = _ns(start), _ns(end)
+    start_ns, end_ns = unix_nanos(start), unix_nanos(end)
     contracts = (
         LogLeaf.objects.filter(start_ns__gte=start_ns, start_ns__lt=end_ns)
         .values_list("tenant", "contract")
@@ -71,7 +72,3 @@ def _publish(finding: AuditFinding, start: datetime, end: datetime) -> None:
         },
         f"{EVENT}:{digest}",
     )
-
-
-def _ns(moment: datetime) -> int:
-    return int(moment.timestamp()) * 10**9 + moment.microsecond * 1000

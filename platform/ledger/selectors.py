@@ -16,6 +16,7 @@ from agents.models import Agent
 from billing.models import Invoice, InvoiceLine
 from billing.terms import Terms
 from ingest.models import SequenceGap
+from treemeter_records.timeutil import unix_nanos
 
 from .merkle import consistency_path, inclusion_path, leaf_hash, multi_inclusion
 from .models import BillingExclusion, Checkpoint, Dispute, LogBatch, LogLeaf
@@ -247,11 +248,7 @@ def export_body(manifest: dict[str, Any], lines: list[bytes]) -> bytes:
 
 
 def period_ns(invoice: Invoice) -> tuple[int, int]:
-    def ns(moment: Any) -> int:
-        seconds = int(moment.timestamp())
-        return seconds * 1_000_000_000 + moment.microsecond * 1000
-
-    return ns(invoice.period_start), ns(invoice.period_end)
+    return unix_nanos(invoice.period_start), unix_nanos(invoice.period_end)
 
 
 def _consistency_entry(old: int, new: int, tree: StoredTree) -> dict[str, Any]:

@@ -27,8 +27,8 @@ from billing.rating import ZERO, PeriodUsage, SegmentUsage, rate_charge, rate_ve
 from billing.services import issue_note
 from billing.terms import Terms
 from ingest.models import IngestBatch, SequenceGap
-from sla.sli import nanos
 from treemeter_records import private_key_from_seed
+from treemeter_records.timeutil import unix_nanos
 from webhooks.events import publish_dispute_updated
 from webhooks.services import publish_event
 
@@ -321,7 +321,7 @@ class _SegmentCredits:
     ) -> None:
         self.invoice, self.terms = invoice, terms
         self.earlier, self.excluded = earlier, excluded
-        self.edges = [nanos(b) for b in terms.change_instants(invoice.period_start, invoice.period_end)]
+        self.edges = [unix_nanos(b) for b in terms.change_instants(invoice.period_start, invoice.period_end)]
         self.credits: dict[str, dict[str, tuple[Decimal, Decimal]]] = {}
 
     @cached_property

@@ -39,6 +39,7 @@ from clickhouse_store.schema import (
 )
 from contracts.models import Contract
 from sla.models import Objective, SlaPolicy
+from treemeter_records.timeutil import assume_utc
 
 # Dashboard dimension → (rollup column, divisor, decimal places of the answer).
 DIMENSIONS: dict[str, tuple[str, Decimal, int]] = {
@@ -78,7 +79,7 @@ class UsageFilter:
     package: str | None = None
     # False: always compute from the raw records (to compare or time both paths).
     rollups: bool = True
-    # True: the caller named a tenant it cannot see; no record counts (config.filters' rule).
+    # True: the caller named a tenant it cannot see; no record counts (common.filters' rule).
     matches_nothing: bool = False
 
     def on_grain(self, grain: timedelta) -> bool:
@@ -122,11 +123,6 @@ def _experts_source(usage: UsageFilter) -> tuple[str, dict[str, Any], bool]:
         return f"{USAGE_EXPERTS_DAILY} WHERE {where}", params, True
     where, params = usage.conditions("start_time", "DateTime64(9, 'UTC')")
     return f"({usage_experts_daily_select(query.RECORDS, where)})", params, False
-
-
-def _utc(instant: datetime) -> datetime:
-    """ClickHouse hands back naive datetimes for UTC columns."""
-    return instant if instant.tzinfo else instant.replace(tzinfo=UTC)
 
 
 def _fixed(value: Decimal, places: int) -> str:
@@ -179,7 +175,7 @@ def timeseries(usage: UsageFilter, dimension: str, interval: str) -> Answer:
     )
     totals: dict[str, dict[datetime, int]] = defaultdict(dict)
     for package, bucket, value in rows:
-        totals[package][_utc(bucket)] = value
+        totals[package][assume_utc(bucket)] = value
     buckets = _buckets(usage, interval)
     series = [
         {
@@ -225,7 +221,7 @@ def routing(usage: UsageFilter, interval: str) -> Answer:
     for bucket, requests, hops, hits, misses in rows:
         points.append(
             [
-                _utc(bucket).isoformat(),
+                assume_utc(bucket).isoformat(),
                 _ratio(hops, requests, AVG_HOPS_PLACES),
                 _ratio(hits, hits + misses, RATE_PLACES),
             ]
@@ -359,7 +355,7 @@ def scoped_filter(
 ) -> tuple[UsageFilter, QuerySet[Contract]]:
     """The filter a principal may run, and the contracts it covers (lazy: only latency reads them).
 
-    The list-filter rule (config.filters): a filter narrows what the caller may see and never looks up
+    The list-filter rule (common.filters): a filter narrows what the caller may see and never looks up
     what it names. A customer sees its own tenant only, so naming another tenant, another tenant's
     contract, or a code nothing has, answers over no records, as naming nothing that exists does. Staff
     see every tenant, or the one named.

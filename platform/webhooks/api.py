@@ -11,8 +11,8 @@ from rest_framework.response import Response
 from rest_framework.views import APIView
 
 from accounts.access import WRITE_DEVELOPER, principal_of
-from config.fields import IdentifierField, StrictBooleanField
-from config.filters import ListFilter
+from common.fields import IdentifierField, StrictBooleanField
+from common.filters import ListFilter
 
 from .models import WebhookDelivery, WebhookDeliveryAttempt, WebhookEndpoint
 from .selectors import visible_deliveries, visible_endpoints

@@ -16,7 +16,7 @@ from urllib.parse import urlsplit, urlunsplit
 
 from django.conf import settings
 
-from config.errors import ApiError
+from common.errors import ApiError
 
 
 class UnsafeDestination(ApiError):

@@ -13,7 +13,7 @@ from django.utils import timezone
 
 from accounts.access import Principal
 from accounts.models import Tenant
-from config.errors import ApiError
+from common.errors import ApiError
 
 from .destinations import check_endpoint_url
 from .models import WebhookDelivery, WebhookEndpoint, WebhookEvent

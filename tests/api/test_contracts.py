@@ -9,7 +9,7 @@ from decimal import Decimal
 import pytest
 from django.utils import timezone
 
-from billing.periods import month_bounds, month_of
+from common.periods import month_bounds, month_of
 from contracts.models import Contract, ContractPrice
 from tests.api.conftest import member_client, staff_client, token_client
 from tests.billing.usage import send

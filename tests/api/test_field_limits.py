@@ -25,13 +25,12 @@ from django.utils import timezone
 
 from agents.services import register_agent
 from billing.outcomes import declare_outcome
-from compute_agents import protocol
 from contracts.models import Contract
 from entitlements.leases import period_of
 from entitlements.services import issue_api_key
 from tests.api.conftest import member_client, staff_client, token_client
 from tests.factories import ContractFactory
-from treemeter_records import private_key_from_seed, public_key_to_b64
+from treemeter_records import private_key_from_seed, protocol, public_key_to_b64
 from webhooks.models import WebhookEndpoint
 
 pytestmark = pytest.mark.django_db
@@ -316,7 +315,7 @@ def test_one_past_a_columns_limit_is_a_4xx_with_a_code(world: World, writer: Wri
     body = response.json()
     assert isinstance(body["code"], str) and body["code"] and set(body) == {"code", "message", "details"}
     assert rows(label) == before, f"{label}: a refused request wrote a row"
-    # Refused by the request's own validation, before the database had to (config.errors' DataError net).
+    # Refused by the request's own validation, before the database had to (common.errors' DataError net).
     assert body["details"] != {"errors": ["A value is out of range for its field."]}, label
 
 

@@ -9,8 +9,8 @@ from decimal import Decimal
 import pytest
 
 from billing.models import Invoice
-from billing.periods import month_bounds
 from billing.services import generate_invoice, issue_note
+from common.periods import month_bounds
 from contracts.models import Contract, ContractPrice
 from tests.api.conftest import member_client, post_json, staff_client, token_client
 from tests.billing.usage import at, send

@@ -1,4 +1,4 @@
-"""One JSON parser with limits for every REST body (config.parsers): deep nesting, too many members,
+"""One JSON parser with limits for every REST body (common.parsers): deep nesting, too many members,
 a body too large and not-JSON answer 400 `malformed_json` or 413 `request_too_large`, never a 500.
 
 The endpoints are the ones an outside test found answering 500 (RecursionError in the stdlib decoder
@@ -21,12 +21,11 @@ from rest_framework.views import APIView
 
 from accounts.models import Role, Tenant
 from agents.services import register_agent
-from compute_agents import protocol
-from config.parsers import JsonParser
+from common.parsers import JsonParser
 from entitlements.models import QuotaLease
 from tests.api.conftest import token_client
 from tests.factories import ContractFactory, MembershipFactory, TenantFactory
-from treemeter_records import private_key_from_seed, public_key_to_b64
+from treemeter_records import private_key_from_seed, protocol, public_key_to_b64
 from treemeter_records.limits import JSON_MAX_DEPTH, JSON_MAX_MEMBERS
 from webhooks.models import WebhookEndpoint
 

@@ -4,10 +4,10 @@ from __future__ import annotations
 
 import pytest
 
-from compute_agents.protocol import API_KEY_PREFIX, api_key_hash
 from entitlements.models import ApiKey
 from tests.api.conftest import post_json, token_client
 from tests.factories import ContractFactory, TenantFactory
+from treemeter_records.protocol import API_KEY_PREFIX, api_key_hash
 
 pytestmark = pytest.mark.django_db
 

@@ -1,4 +1,4 @@
-"""One rule for a list filter that names what the caller cannot see (config.filters): 200 with an empty
+"""One rule for a list filter that names what the caller cannot see (common.filters): 200 with an empty
 list, exactly as for a name that does not exist, on every list; and an answer over no records on the
 usage endpoints. Each filter is also shown to work on the caller's own objects, so an empty answer
 means "filtered", not "ignored"."""
@@ -12,7 +12,7 @@ import pytest
 
 from accounts.models import Role
 from billing.api import CreditNoteFilter, InvoiceFilter, OutcomeFilter
-from config.filters import ListFilter
+from common.filters import ListFilter
 from contracts.api import ContractFilter
 from entitlements.api import ApiKeyFilter
 from sla.api import AlertFilter, ReportFilter

@@ -9,9 +9,9 @@ import pytest
 
 from agents.models import Agent
 from billing.costs import cost_report, suggested_base_fee
-from billing.periods import month_bounds
 from billing.services import finalize_invoice, generate_invoice, issue_note
 from catalog.models import HostCostProfile
+from common.periods import month_bounds
 from contracts.models import ContractPrice
 from tests.billing.usage import at, send
 from tests.factories import ContractFactory

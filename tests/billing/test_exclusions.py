@@ -12,8 +12,8 @@ from django.contrib.auth.models import User
 from django.test import Client
 
 from billing.models import Invoice, Note
-from billing.periods import month_bounds
 from billing.services import generate_invoice
+from common.periods import month_bounds
 from ledger.models import BillingExclusion, Dispute
 from sla.models import Exclusion
 from sla.services import declare_exclusion

@@ -10,8 +10,8 @@ from django.contrib.auth import get_user_model
 from django.test import Client
 
 from accounts.models import Membership, Tenant
-from billing.periods import month_bounds
 from billing.services import generate_invoice
+from common.periods import month_bounds
 from contracts.models import ContractPrice
 from tests.billing.usage import at, send
 from tests.factories import ContractFactory, TenantFactory

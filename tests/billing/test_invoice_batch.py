@@ -18,10 +18,10 @@ from agents.models import Agent
 from billing import invoice_run
 from billing.errors import BillingError
 from billing.models import CreditEntry, Invoice, LateUsage
-from billing.periods import month_bounds
 from billing.services import add_coupon, generate_invoice, grant_credits
 from billing.tasks import run_invoices
 from clickhouse_store import query
+from common.periods import month_bounds
 from contracts.models import Contract, ContractMetric, ContractPrice
 from ingest.models import SequenceGap
 from tests.billing.concurrency import at_once

@@ -13,10 +13,10 @@ from django.db import connection
 from django.test import Client
 
 from billing.models import Invoice
-from billing.periods import month_bounds
 from billing.services import BillingError, generate_invoice
 from billing.tasks import generate_invoice_task
 from clickhouse_store import query
+from common.periods import month_bounds
 from tests.factories import ContractFactory, ContractPriceFactory, SigningAgent, signing_agent
 
 pytestmark = pytest.mark.usefixtures("clickhouse")

@@ -12,10 +12,10 @@ from hypothesis import strategies as st
 
 from billing.errors import BillingError
 from billing.models import CreditEntry, Invoice
-from billing.periods import month_bounds
 from billing.selectors import credit_balance
 from billing.services import finalize_invoice, generate_invoice, grant_credits, mark_paid, void_invoice
 from billing.tasks import run_invoices, run_invoices_task
+from common.periods import month_bounds
 from contracts.models import Contract, ContractMetric, ContractPrice
 from tests.billing.concurrency import at_once
 from tests.billing.usage import at, send

@@ -12,8 +12,8 @@ import pytest
 from billing.errors import BillingError
 from billing.models import Outcome
 from billing.outcomes import decide_outcome, declare_outcome
-from billing.periods import month_bounds
 from billing.services import generate_invoice
+from common.periods import month_bounds
 from contracts.models import Contract, ContractPrice
 from tests.billing.usage import at, send
 from tests.factories import ContractFactory

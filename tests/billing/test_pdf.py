@@ -12,10 +12,10 @@ from django.test import Client
 from accounts.models import Membership
 from billing.models import Invoice
 from billing.pdf import render_invoice_pdf
-from billing.periods import month_bounds
 from billing.selectors import invoice_with_lines
 from billing.services import generate_invoice, grant_credits
-from config import cjk_font
+from common import cjk_font
+from common.periods import month_bounds
 from contracts.models import ContractPrice
 from tests.billing.usage import at, send
 from tests.factories import ContractFactory, TenantFactory

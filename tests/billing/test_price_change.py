@@ -15,10 +15,10 @@ from django.core.exceptions import ValidationError
 from django.test import Client
 
 from billing.models import Invoice
-from billing.periods import month_bounds
 from billing.rating import PeriodUsage, SegmentUsage, rate_versions
 from billing.services import generate_invoice
 from billing.terms import ChargeTerms, Terms
+from common.periods import month_bounds
 from contracts.models import Contract, ContractPrice
 from tests.billing.usage import at, send
 from tests.factories import ContractFactory

@@ -11,8 +11,8 @@ from typing import Any
 import pytest
 
 from billing.models import Invoice, LateUsage
-from billing.periods import month_bounds
 from billing.services import generate_invoice
+from common.periods import month_bounds
 from contracts.models import Contract, ContractPrice
 from tests.billing.usage import at, send
 from tests.factories import ContractFactory

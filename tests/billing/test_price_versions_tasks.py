@@ -12,10 +12,10 @@ from typing import Any
 import pytest
 
 from billing.models import Invoice
-from billing.periods import month_bounds
 from billing.services import generate_invoice
 from billing.tasks import run_invoices
 from clickhouse_store import query
+from common.periods import month_bounds
 from contracts.models import Contract, ContractPrice
 from tests.billing.usage import at, send
 from tests.factories import ContractFactory

@@ -8,10 +8,10 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from billing.periods import month_bounds
 from billing.rating import PeriodUsage, rate_period, rate_usage
 from billing.terms import ChargeTerms, CouponTerms, Terms
-from contracts.money import round_money
+from common.money import round_money
+from common.periods import month_bounds
 
 D = Decimal
 

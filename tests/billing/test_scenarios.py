@@ -11,9 +11,9 @@ import pytest
 
 from billing.errors import BillingError
 from billing.models import CreditEntry, Invoice, LateUsage
-from billing.periods import month_bounds
 from billing.selectors import credit_balance
 from billing.services import add_coupon, generate_invoice, grant_credits, issue_note
+from common.periods import month_bounds
 from contracts.models import Contract, ContractMetric, ContractPrice
 from tests.billing.usage import at, send
 from tests.factories import ContractFactory

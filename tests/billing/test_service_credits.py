@@ -14,10 +14,10 @@ from django.test import Client
 
 from billing.models import Invoice, InvoiceLine
 from billing.pdf import render_invoice_pdf
-from billing.periods import month_bounds
 from billing.selectors import invoice_with_lines
 from billing.services import generate_invoice, void_invoice
 from billing.tasks import run_invoices
+from common.periods import month_bounds
 from contracts.models import Contract, ContractPrice
 from sla.models import ServiceCredit
 from sla.tasks import close_period_task

@@ -14,9 +14,9 @@ from celery.exceptions import Retry
 from django.test import Client
 
 from billing.models import Invoice, StripePayment
-from billing.periods import month_bounds
 from billing.services import generate_invoice
 from billing.tasks import push_invoice_task
+from common.periods import month_bounds
 from contracts.models import ContractPrice
 from tests.billing.fake_stripe import SECRET, FakeStripe, signed
 from tests.factories import ContractFactory

@@ -15,9 +15,9 @@ from django.test import Client
 
 from billing.errors import BillingError
 from billing.models import Invoice, Note, StripeNote, StripePayment
-from billing.periods import month_bounds
 from billing.services import generate_invoice, grant_credits, issue_note
 from billing.tasks import push_invoice_task, push_note_task
+from common.periods import month_bounds
 from contracts.models import ContractPrice
 from tests.billing.fake_stripe import FakeStripe
 from tests.billing.test_stripe import final_invoice, post_event

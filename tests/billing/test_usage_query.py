@@ -6,8 +6,8 @@ from decimal import Decimal
 
 import pytest
 
-from billing.periods import month_bounds
 from billing.selectors import ContractMeter, usage_by_contract, usage_sql
+from common.periods import month_bounds
 from tests.billing.usage import at, send, send_each
 from tests.factories import ContractFactory
 

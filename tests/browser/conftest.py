@@ -4,7 +4,7 @@ The server runs in this process (pytest-django's `live_server`, a thread): chDB 
 data path, so the records the tests ingest and the pages that chart them share one engine. Every step
 is photographed into var/test-output/screenshots/<test>/ (or $TREEMETER_SCREENSHOTS/<test>/).
 
-Chromium draws Chinese with the project's one CJK font (config.cjk_font, from its pip package), given to it
+Chromium draws Chinese with the project's one CJK font (common.cjk_font, from its pip package), given to it
 through a fontconfig file of its own: no apt font package is needed.
 """
 
@@ -21,7 +21,7 @@ from xml.sax.saxutils import escape
 
 import pytest
 
-from config.cjk_font import cjk_font_path
+from common.cjk_font import cjk_font_path
 
 if TYPE_CHECKING:
     from playwright.sync_api import Browser, Page

@@ -14,7 +14,7 @@ from playwright.sync_api import Page, expect
 
 from accounts.models import Role, Tenant
 from catalog.models import ComputePackage, PackagePlan, PlanPrice
-from config.cjk_font import CJK_FONT_FAMILY
+from common.cjk_font import CJK_FONT_FAMILY
 from contracts.models import Contract
 from frontend.views.usage import charts_available
 from ledger.models import Dispute

@@ -14,7 +14,6 @@ import pytest
 
 pytest.importorskip("vllm")
 
-from compute_agents import protocol
 from compute_agents.checkpoint import TinySizes, create_tiny_model
 from compute_agents.engine import expert_counts
 from compute_agents.entitlements import EntitlementStore
@@ -23,7 +22,7 @@ from compute_agents.router import Rules
 from compute_agents.service import AgentIdentity, AgentService, Trip
 from compute_agents.spool import Spool
 from compute_agents.vllm_engine import VllmEngine
-from treemeter_records import private_key_from_seed
+from treemeter_records import private_key_from_seed, protocol
 
 SIZES = TinySizes(
     hidden=128, layers=2, experts=8, top_k=2, moe_intermediate=64, heads=4, kv_heads=2, vocab=512

@@ -1,4 +1,4 @@
-"""The one CJK font (config.cjk_font) comes from its pip package, has TrueType outlines that ReportLab
+"""The one CJK font (common.cjk_font) comes from its pip package, has TrueType outlines that ReportLab
 embeds, and a broken install answers 503 pdf_font_missing instead of a PDF with blanks."""
 
 from __future__ import annotations
@@ -11,8 +11,8 @@ from pathlib import Path
 import pytest
 from reportlab.pdfgen.canvas import Canvas
 
-from config import cjk_font
-from config.cjk_font import CJK_FONT_FAMILY, CjkFontMissing, cjk_font_path, register_cjk_font
+from common import cjk_font
+from common.cjk_font import CJK_FONT_FAMILY, CjkFontMissing, cjk_font_path, register_cjk_font
 from tests.pdf_text import embedded_fonts, pdf_text
 
 

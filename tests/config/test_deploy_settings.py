@@ -20,8 +20,8 @@ from typing import Any
 import pytest
 from django.test import Client, override_settings
 
-from compute_agents import protocol
 from tests.tools.test_docker_files import COMPOSE, interpolate
+from treemeter_records import protocol
 from treemeter_records.client import INGEST_PATH
 
 yaml = pytest.importorskip("yaml")

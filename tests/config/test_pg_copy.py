@@ -9,7 +9,7 @@ import pytest
 from django.db import IntegrityError, transaction
 
 from billing.models import Invoice, InvoiceLine
-from config.pg_copy import copy_insert
+from common.pg_copy import copy_insert
 from tests.factories import ContractFactory
 
 pytestmark = pytest.mark.django_db

@@ -11,7 +11,7 @@ from django.contrib.auth import get_user_model
 from django.test import Client
 from django.utils import timezone
 
-from billing.periods import month_bounds, month_of
+from common.periods import month_bounds, month_of
 from contracts.models import ContractPrice
 from tests.billing.usage import send
 from tests.factories import ContractFactory

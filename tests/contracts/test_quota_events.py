@@ -10,7 +10,7 @@ from typing import Any
 import pytest
 from django.utils import timezone
 
-from billing.periods import month_bounds, month_of
+from common.periods import month_bounds, month_of
 from contracts.models import Contract, ContractPrice
 from contracts.services import publish_exhausted_quotas
 from tests.billing.usage import forget_agents, send

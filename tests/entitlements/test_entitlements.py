@@ -11,11 +11,10 @@ from django.conf import settings
 from django.test import Client
 
 from agents.services import register_agent, revoke_key
-from compute_agents import protocol
 from entitlements.models import ApiKey
 from entitlements.services import EntitlementError, issue_api_key, revoke_api_key
 from tests.factories import ContractFactory
-from treemeter_records import key_id_for, private_key_from_seed, public_key_to_b64
+from treemeter_records import key_id_for, private_key_from_seed, protocol, public_key_to_b64
 
 pytestmark = pytest.mark.django_db
 

@@ -16,12 +16,11 @@ from django.test import Client
 from django.utils import timezone
 
 from agents.services import register_agent
-from compute_agents import protocol
 from entitlements.leases import period_of
 from entitlements.models import QuotaLease, QuotaPeriod
 from entitlements.services import issue_api_key, revoke_api_key
 from tests.factories import ContractFactory
-from treemeter_records import private_key_from_seed, public_key_to_b64
+from treemeter_records import private_key_from_seed, protocol, public_key_to_b64
 from webhooks.models import WebhookEvent
 
 pytestmark = pytest.mark.django_db

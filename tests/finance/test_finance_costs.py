@@ -10,9 +10,9 @@ import pyarrow as pa
 import pytest
 
 from agents.models import Agent
-from billing.periods import month_bounds
 from billing.services import generate_invoice, issue_note
 from catalog.models import ComputePackage, HostCostProfile
+from common.periods import month_bounds
 from contracts.models import ContractPrice
 from tests.billing.usage import at, send
 from tests.factories import ContractFactory, TenantFactory

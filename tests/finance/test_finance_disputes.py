@@ -10,8 +10,8 @@ import pytest
 from django.utils import timezone
 
 from billing.models import Note
-from billing.periods import month_bounds
 from billing.services import generate_invoice
+from common.periods import month_bounds
 from contracts.models import ContractPrice
 from ledger.models import Checkpoint, Dispute
 from ledger.services import open_dispute, publish_checkpoint, resolve_dispute

@@ -7,7 +7,7 @@ from datetime import UTC, datetime
 import pytest
 from django.utils import translation
 
-from billing.periods import month_bounds
+from common.periods import month_bounds
 from finance import reports
 from finance.reconciliation import ReconciliationFilter
 from finance.selectors import InvoiceFilter

@@ -10,8 +10,8 @@ import pyarrow as pa
 import pytest
 
 from billing.models import Invoice
-from billing.periods import month_bounds
 from billing.services import generate_invoice, void_invoice
+from common.periods import month_bounds
 from contracts.models import ContractPrice
 from finance.reports import invoices as invoice_report
 from finance.selectors import InvoiceFilter

@@ -11,9 +11,9 @@ import pyarrow as pa
 import pytest
 from django.contrib.auth.models import User
 
-from billing.periods import month_bounds
 from billing.selectors import period_usage
 from billing.services import generate_invoice
+from common.periods import month_bounds
 from contracts.models import Contract, ContractPrice
 from ledger.models import Checkpoint
 from ledger.services import open_dispute, publish_checkpoint, resolve_dispute

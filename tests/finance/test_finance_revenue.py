@@ -8,9 +8,9 @@ from decimal import Decimal
 import pyarrow as pa
 import pytest
 
-from billing.periods import month_bounds
 from billing.services import generate_invoice, issue_note, mark_paid, void_invoice
 from catalog.models import ComputePackage
+from common.periods import month_bounds
 from contracts.models import ContractPrice
 from tests.billing.usage import at, send
 from tests.factories import ContractFactory, TenantFactory

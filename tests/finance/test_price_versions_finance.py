@@ -9,8 +9,8 @@ from decimal import Decimal
 
 import pytest
 
-from billing.periods import month_bounds
 from billing.services import generate_invoice
+from common.periods import month_bounds
 from contracts.models import ContractPrice
 from finance.reconciliation import ReconciliationFilter, reconciliation_rows
 from tests.billing.usage import at, send

@@ -10,8 +10,8 @@ from django.test import Client
 
 from accounts.models import Role, Tenant
 from billing.models import Invoice
-from billing.periods import month_bounds
 from billing.services import finalize_invoice, generate_invoice
+from common.periods import month_bounds
 from contracts.models import Contract
 from ledger.models import Checkpoint
 from ledger.services import publish_checkpoint

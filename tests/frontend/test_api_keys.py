@@ -6,11 +6,11 @@ import pytest
 from django.urls import reverse
 
 from accounts.models import Role
-from compute_agents.protocol import api_key_hash
 from entitlements.models import ApiKey
 from entitlements.services import issue_api_key
 from tests.factories import ContractFactory
 from tests.frontend.support import member
+from treemeter_records.protocol import api_key_hash
 
 pytestmark = pytest.mark.django_db
 

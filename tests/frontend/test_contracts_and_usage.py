@@ -12,7 +12,7 @@ from django.urls import reverse
 from django.utils import timezone
 
 from accounts.models import Role
-from billing.periods import month_of
+from common.periods import month_of
 from entitlements.models import QuotaPeriod
 from entitlements.services import issue_api_key
 from frontend.selectors import current_period

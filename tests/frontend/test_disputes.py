@@ -7,8 +7,8 @@ import pytest
 from django.urls import reverse
 
 from accounts.models import Role
-from billing.periods import month_bounds
 from billing.services import generate_invoice
+from common.periods import month_bounds
 from ledger.models import Dispute
 from tests.factories import MembershipFactory
 from tests.frontend.support import member, november_invoice, priced_contract, signed_in

@@ -12,8 +12,8 @@ from django.test import Client
 
 from accounts.models import Membership
 from billing.models import Invoice
-from billing.periods import month_bounds
 from billing.services import generate_invoice
+from common.periods import month_bounds
 from contracts.models import Contract
 from ledger.notes import raw_public_key, verifier_key
 from tests.factories import ContractFactory, ContractPriceFactory, SigningAgent

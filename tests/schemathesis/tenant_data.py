@@ -22,9 +22,9 @@ from accounts.models import ApiToken, Membership, Role, Tenant
 from accounts.services import issue_api_token
 from billing.models import Invoice, InvoiceLine, Note, Outcome
 from billing.outcomes import declare_outcome
-from billing.periods import month_bounds
 from billing.services import finalize_invoice, generate_invoice, issue_note
 from catalog.models import ComputePackage
+from common.periods import month_bounds
 from contracts.models import Contract, ContractPrice
 from entitlements.models import ApiKey
 from entitlements.services import issue_api_key

@@ -13,7 +13,7 @@ from drf_spectacular.generators import SchemaGenerator
 from rest_framework.throttling import AnonRateThrottle, UserRateThrottle
 
 from accounts.models import Role
-from config.errors import document_error_responses
+from common.errors import document_error_responses
 from tools import schemathesis_run
 
 pytestmark = [

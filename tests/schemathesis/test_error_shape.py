@@ -1,4 +1,4 @@
-"""config.errors: every error an API view meets answers {code, message, details}; the schema says so."""
+"""common.errors: every error an API view meets answers {code, message, details}; the schema says so."""
 
 from __future__ import annotations
 
@@ -14,7 +14,7 @@ from django.test import RequestFactory
 from drf_spectacular.generators import SchemaGenerator
 from rest_framework import exceptions
 
-from config.errors import api_exception_handler, document_error_responses, not_found
+from common.errors import api_exception_handler, document_error_responses, not_found
 
 
 def _answer(exc: Exception) -> tuple[int, Any]:

@@ -10,7 +10,7 @@ import pytest
 from django.test import Client
 
 from accounts.models import Membership
-from config import cjk_font
+from common import cjk_font
 from sla.models import ServiceCredit, SlaReport
 from sla.services import compute_report
 from tests.factories import ContractFactory, signing_agent

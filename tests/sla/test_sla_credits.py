@@ -11,8 +11,8 @@ from typing import Any
 import pytest
 from django.db import connection
 
-from billing.periods import month_bounds
 from billing.services import generate_invoice
+from common.periods import month_bounds
 from ledger.services import publish_checkpoint
 from sla.models import ServiceCredit, SlaReport
 from sla.services import SlaError, close_period

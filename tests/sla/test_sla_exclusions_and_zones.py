@@ -9,8 +9,8 @@ from zoneinfo import ZoneInfo
 import pytest
 from django.core.exceptions import ValidationError
 
+from common.periods import month_bounds
 from sla.models import Exclusion
-from sla.periods import month_window
 from sla.services import compute_report, declare_exclusion
 from tests.factories import ContractFactory, signing_agent
 from tests.sla.helpers import make_policy, ns, records, store
@@ -108,11 +108,11 @@ def test_month_edges_follow_the_contract_time_zone() -> None:
 
 def test_a_dst_zone_month_has_its_local_length() -> None:
     """America/New_York: March 2026 has 30 days 23 hours (DST starts Mar 8); November 30 days 1 hour."""
-    assert month_window("2026-03", "America/New_York") == (
+    assert month_bounds("2026-03", "America/New_York") == (
         datetime(2026, 3, 1, 5, tzinfo=UTC),
         datetime(2026, 4, 1, 4, tzinfo=UTC),
     )
-    start, end = month_window("2026-11", "America/New_York")
+    start, end = month_bounds("2026-11", "America/New_York")
     assert (start, end) == (datetime(2026, 11, 1, 4, tzinfo=UTC), datetime(2026, 12, 1, 5, tzinfo=UTC))
 
     contract = ContractFactory.create()
@@ -132,6 +132,6 @@ def test_a_dst_zone_month_has_its_local_length() -> None:
     assert (days["2026-03-01"], days["2026-03-08"], days["2026-03-31"], len(days)) == (1, 1, 1, 31)
 
 
-def test_month_window_refuses_bad_input() -> None:
+def test_month_bounds_refuses_bad_input() -> None:
     with pytest.raises(ValueError, match="YYYY-MM"):
-        month_window("2026-13", "UTC")
+        month_bounds("2026-13", "UTC")

@@ -61,7 +61,7 @@ def test_an_api_token_reads_its_tenant(world: World) -> None:
 def test_a_customer_naming_another_tenant_or_its_contract_sees_no_usage(
     world: World, endpoint: str, params: dict[str, str]
 ) -> None:
-    """The list-filter rule (config.filters): what the caller cannot see answers as what does not exist,
+    """The list-filter rule (common.filters): what the caller cannot see answers as what does not exist,
     an answer over no records."""
     client = world.client(world.tenant_a)
     nothing = client.get(f"/v1/usage/{endpoint}", {**params, **DAYS, "contract": "no-such-contract"})

@@ -15,9 +15,9 @@ from django.test import Client
 
 from accounts.models import Tenant
 from billing.models import Invoice
-from billing.periods import month_bounds
 from billing.services import generate_invoice
 from billing.tasks import push_invoice_task
+from common.periods import month_bounds
 from contracts.models import Contract, ContractPrice
 from ledger.models import Checkpoint
 from ledger.services import open_dispute, publish_checkpoint, resolve_dispute

@@ -6,7 +6,7 @@ from rich.console import Console
 from rich.table import Table
 
 from billing.costs import GROUPS, cost_report
-from billing.periods import month_bounds
+from common.periods import month_bounds
 
 
 class Command(BaseCommand):

@@ -5,9 +5,9 @@ from django.core.management.base import BaseCommand, CommandError
 from rich.console import Console
 
 from billing.models import Invoice
-from billing.periods import month_bounds
 from billing.presentation import invoice_table
 from billing.selectors import invoice_with_lines
+from common.periods import month_bounds
 
 
 class Command(BaseCommand):

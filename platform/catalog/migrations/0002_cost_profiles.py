@@ -5,7 +5,7 @@ from decimal import Decimal
 import django.core.validators
 from django.db import migrations, models
 
-import contracts.money
+import common.money
 
 
 class Migration(migrations.Migration):
@@ -39,7 +39,7 @@ class Migration(migrations.Migration):
                         ],
                         default="CNY",
                         max_length=3,
-                        validators=[contracts.money.validate_currency],
+                        validators=[common.money.validate_currency],
                     ),
                 ),
                 (

@@ -7,7 +7,7 @@ import django.db.models.deletion
 from django.db import migrations, models
 
 import accounts.validators
-import contracts.money
+import common.money
 
 
 class Migration(migrations.Migration):
@@ -45,7 +45,7 @@ class Migration(migrations.Migration):
                         ],
                         default="CNY",
                         max_length=3,
-                        validators=[contracts.money.validate_currency],
+                        validators=[common.money.validate_currency],
                     ),
                 ),
                 (

@@ -6,8 +6,8 @@ from typing import Any
 
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 
+from common.periods import parse_month
 from contracts.models import Contract
-from sla.periods import parse_month
 from sla.services import SlaError, close_period
 
 

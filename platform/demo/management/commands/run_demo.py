@@ -21,7 +21,7 @@ from billing.selectors import invoice_with_lines
 from billing.services import generate_invoice
 from clickhouse_store import query
 from clickhouse_store.migrator import apply_migrations
-from contracts.money import round_money
+from common.money import round_money
 from demo.agent import RunningAgent, start_agent
 from demo.server import start_api_server
 from demo.services import DemoSetup, ensure_admin, seed_demo

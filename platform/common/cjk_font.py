@@ -16,7 +16,7 @@ from pathlib import Path
 from reportlab.pdfbase import pdfmetrics
 from reportlab.pdfbase.ttfonts import TTFError, TTFont
 
-from config.errors import ApiError
+from common.errors import ApiError
 
 FONT_PACKAGE = "paperang_p2_fonts_cjk"
 FONT_FILE = "fonts/wqy-microhei.ttc"

@@ -20,7 +20,8 @@ from typing import Any
 from cryptography.exceptions import InvalidSignature
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey, Ed25519PublicKey
 
-from treemeter_records import canonical_bytes, key_id_for
+from .encoding import canonical_bytes
+from .signing import key_id_for
 
 API_KEY_PREFIX = "tmk_"
 SNAPSHOT_VERSION = 1

@@ -34,7 +34,7 @@ class ApiError(Exception):
 
 
 class MalformedJson(ApiError):
-    """A body that is not JSON, or JSON over the nesting or member limit (config.parsers)."""
+    """A body that is not JSON, or JSON over the nesting or member limit (common.parsers)."""
 
     http_status = 400
 
@@ -47,7 +47,7 @@ class MalformedJson(ApiError):
 
 
 class RequestTooLarge(ApiError):
-    """A body over a size limit: the JSON limit (config.parsers) or Django's DATA_UPLOAD_MAX_MEMORY_SIZE."""
+    """A body over a size limit: the JSON limit (common.parsers) or Django's DATA_UPLOAD_MAX_MEMORY_SIZE."""
 
     http_status = 413
 

@@ -1,14 +1,10 @@
-"""SLA windows: calendar months in the policy's time zone, as UTC instants."""
+"""Periods: calendar months, as UTC instants, in UTC (billing) or a policy's time zone (SLA windows)."""
 
 from __future__ import annotations
 
 import re
-from datetime import UTC, datetime, timedelta
+from datetime import UTC, datetime
 from zoneinfo import ZoneInfo
-
-# Agents buffer and retry, so records arrive a little late: a month's report becomes final this long
-# after the month ends (before that it stays provisional and is recomputed).
-SETTLE = timedelta(hours=1)
 
 _MONTH = re.compile(r"^(\d{4})-(\d{2})$")
 
@@ -21,8 +17,9 @@ def parse_month(month: str) -> tuple[int, int]:
     return int(match.group(1)), int(match.group(2))
 
 
-def month_window(month: str, time_zone: str) -> tuple[datetime, datetime]:
-    """The month from local midnight on the 1st to local midnight on the next 1st, in UTC; end exclusive."""
+def month_bounds(month: str, time_zone: str = "UTC") -> tuple[datetime, datetime]:
+    """The month from midnight on the 1st to midnight on the next 1st in `time_zone`, as UTC instants;
+    the end is exclusive. '2026-11' → (2026-11-01T00:00Z, 2026-12-01T00:00Z)."""
     year, number = parse_month(month)
     zone = ZoneInfo(time_zone)
     start = datetime(year, number, 1, tzinfo=zone)
@@ -30,8 +27,8 @@ def month_window(month: str, time_zone: str) -> tuple[datetime, datetime]:
     return start.astimezone(UTC), end.astimezone(UTC)
 
 
-def month_of(instant: datetime, time_zone: str) -> str:
-    """The local month (YYYY-MM) an instant falls in."""
+def month_of(instant: datetime, time_zone: str = "UTC") -> str:
+    """The month (YYYY-MM) an instant falls in, in `time_zone`."""
     local = instant.astimezone(ZoneInfo(time_zone))
     return f"{local.year:04d}-{local.month:02d}"
 
@@ -39,3 +36,8 @@ def month_of(instant: datetime, time_zone: str) -> str:
 def previous_month(month: str) -> str:
     year, number = parse_month(month)
     return f"{year - 1:04d}-12" if number == 1 else f"{year:04d}-{number - 1:02d}"
+
+
+def next_period_bounds(end: datetime) -> tuple[datetime, datetime]:
+    """The calendar month (UTC) starting at `end` (a period's exclusive end)."""
+    return month_bounds(month_of(end))
