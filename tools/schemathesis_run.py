@@ -11,7 +11,7 @@ owner (an API token in the Authorization header) and unauthenticated, with posit
 
 Then a phase of its own (`body_limits`, no schemathesis): every POST, PUT and PATCH operation of the schema
 gets, as the owner's token and as a staff session, bodies past every limit: `[` x 100,000, `{"a":` nested
-3,000 deep, nesting and member counts one past the JSON limits (config.parsers), a string over the body
+3,000 deep, nesting and member counts one past the JSON limits (common.parsers), a string over the body
 size limit, and for each field of the operation's request schema a value one past its maxLength,
 maximum or maxItems. No answer may be a 5xx, and every error answer must be {code, message, details}.
 
@@ -42,7 +42,7 @@ if TYPE_CHECKING:
     from tests.schemathesis.tenant_data import TenantData
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
-ERROR_HOOK = "config.errors.document_error_responses"
+ERROR_HOOK = "common.errors.document_error_responses"
 CHECKS = (
     "not_a_server_error",
     "status_code_conformance",
@@ -75,17 +75,17 @@ def _django() -> None:
 
 
 def error_hook_registered() -> bool:
-    """Whether settings register the hook that documents error answers (config.errors)."""
+    """Whether settings register the hook that documents error answers (common.errors)."""
     from django.conf import settings
 
     return ERROR_HOOK in settings.SPECTACULAR_SETTINGS.get("POSTPROCESSING_HOOKS", [])
 
 
 def hooks_with_error_hook() -> list[Any]:
-    """drf-spectacular's postprocessing hooks plus config.errors.document_error_responses."""
+    """drf-spectacular's postprocessing hooks plus common.errors.document_error_responses."""
     from drf_spectacular.settings import spectacular_settings
 
-    from config.errors import document_error_responses
+    from common.errors import document_error_responses
 
     return [*spectacular_settings.POSTPROCESSING_HOOKS, document_error_responses]
 
