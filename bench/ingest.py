@@ -52,6 +52,7 @@ def run(total: int, sizes: list[int]) -> None:
 
     console = Console()
     settings.INGEST_MAX_BATCH_RECORDS = max(sizes)
+    settings.INGEST_MAX_PAST_DAYS = 36_500  # the records replay a fixed past month (November 2026)
     apply_migrations()
     setup = seed_demo(settings.DATA_DIR)
     key = private_key_from_seed(setup.agent_seed)

@@ -102,6 +102,8 @@ def run(total: int, workdir: Path | None) -> None:
     from ledger.selectors import export_body, invoice_export
     from treemeter_records import build_batch, new_record_id, private_key_from_seed, public_key_to_b64
 
+    settings.INGEST_MAX_PAST_DAYS = 36_500  # the records replay a fixed past month (November 2026)
+
     console = Console()
     apply_migrations()
     package = ComputePackage.objects.create(code="bench-package", name="Bench")
