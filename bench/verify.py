@@ -93,13 +93,13 @@ def run(total: int, workdir: Path | None) -> None:
     import ledger.services as ledger_services
     from accounts.models import Tenant
     from agents.services import register_agent
+    from billing.exports import export_body, invoice_export
     from billing.services import generate_invoice
     from catalog.models import ComputePackage
     from clickhouse_store.migrator import apply_migrations
     from contracts.models import Contract, ContractPrice
     from ledger.models import Checkpoint
     from ledger.notes import raw_public_key, verifier_key
-    from ledger.selectors import export_body, invoice_export
     from treemeter_records import build_batch, new_record_id, private_key_from_seed, public_key_to_b64
 
     settings.INGEST_MAX_PAST_DAYS = 36_500  # the records replay a fixed past month (November 2026)

@@ -316,7 +316,7 @@ def completeness_statement(invoice: Invoice) -> dict[str, object] | None:
     ledger app). Kept in the invoice's terms, so the document never changes when a gap closes later."""
     if not apps.is_installed("ledger"):
         return None
-    from ledger.selectors import invoice_completeness  # the ledger app depends on billing, not back
+    from .completeness import invoice_completeness
 
     return statement_of(invoice, invoice_completeness(invoice))
 

@@ -23,10 +23,9 @@ from datetime import UTC, datetime, timedelta
 from decimal import Decimal
 from typing import Any, cast
 
-from billing.models import Invoice, InvoiceLine, LateUsage
+from billing.models import BillingExclusion, Invoice, InvoiceLine, LateUsage
 from clickhouse_store import query
 from contracts.dimensions import AGGREGATES, quantity_from_aggregate
-from ledger.models import BillingExclusion
 from sla.models import Exclusion
 from treemeter_records.timeutil import unix_nanos
 

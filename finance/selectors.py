@@ -17,10 +17,9 @@ from django.db.models import Case, Count, F, IntegerField, Q, QuerySet, Sum, Val
 from django.db.models.functions import TruncMonth
 
 from billing.costs import cost_currency, cost_report, net_revenue_by, revenue_invoices
-from billing.models import Invoice, Note
+from billing.models import Dispute, Invoice, Note
 from common.money import round_money
 from contracts.models import Contract
-from ledger.models import Dispute
 
 ZERO = Decimal("0.00")
 # Group keys of the revenue report and the invoice fields behind them (`invoice__…` from a note).

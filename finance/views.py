@@ -16,12 +16,11 @@ from django.utils import timezone
 from django.utils.translation import pgettext
 from django.views.decorators.http import require_GET, require_POST
 
-from billing.models import Invoice
+from billing.disputes import resolve_dispute
+from billing.models import Dispute, Invoice
 from common.errors import error_response
 from common.periods import month_bounds, month_of, previous_month
-from ledger.models import Dispute
 from ledger.selectors import LedgerLookupError
-from ledger.services import resolve_dispute
 
 from . import exports, filters, reports
 from .access import staff_required

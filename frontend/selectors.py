@@ -14,12 +14,11 @@ from django.db.models import Count, Model, Q, QuerySet
 from django.utils import timezone
 
 from accounts.access import Principal
-from billing.models import Invoice, Note
+from billing.models import Dispute, Invoice, Note
 from billing.selectors import period_usage
 from common.periods import month_bounds, month_of
 from contracts.models import Contract, prices_in_effect
 from entitlements.models import ApiKey, QuotaPeriod
-from ledger.models import Dispute
 from sla.models import SlaReport
 from webhooks.models import WebhookDelivery, WebhookEndpoint
 

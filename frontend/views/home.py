@@ -6,9 +6,8 @@ from django.contrib.auth import views as auth_views
 from django.http import HttpRequest, HttpResponse
 
 from accounts.access import Principal
-from billing.models import Invoice
+from billing.models import Dispute, Invoice
 from contracts.models import Contract
-from ledger.models import Dispute
 
 from .. import selectors
 from ..access import portal_view

@@ -6,10 +6,9 @@ from django.http import Http404, HttpRequest, HttpResponse
 from django.shortcuts import redirect
 
 from accounts.access import WRITE_BILLING, Principal
-from billing.models import Invoice, InvoiceLine
-from ledger.models import Dispute
+from billing.disputes import open_dispute
+from billing.models import Dispute, Invoice, InvoiceLine
 from ledger.selectors import LedgerLookupError
-from ledger.services import open_dispute
 
 from .. import selectors
 from ..access import READ_WRITE, portal_view

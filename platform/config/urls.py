@@ -7,6 +7,7 @@ from billing.api import InvoiceDetailView
 from entitlements import api as entitlements_api
 from entitlements import lease_views
 from entitlements import views as entitlements_views
+from ingest.api import CompletenessView as AgentCompletenessView
 from ingest.views import ingest_batches
 
 # /v1/… answers errors as JSON {code, message, details} even for URLs no route matches.
@@ -37,6 +38,12 @@ urlpatterns = [
     path("v1/keys", entitlements_api.ApiKeyListView.as_view(), name="key-list"),
     path("v1/keys/<str:prefix>/revoke", entitlements_api.ApiKeyRevokeView.as_view(), name="key-revoke"),
     path("v1/ledger/", include("ledger.urls")),
+    path("v1/ledger/", include("billing.disputes_urls")),  # invoice exports, completeness, disputes
+    path(
+        "v1/ledger/agents/<str:agent_id>/completeness",
+        AgentCompletenessView.as_view(),
+        name="ledger-completeness",
+    ),
     path("v1/", include("accounts.urls")),
     path("v1/", include("catalog.urls")),
     path("v1/", include("webhooks.urls")),

@@ -1,6 +1,7 @@
 from django.db import models
 
 from agents.models import Agent
+from ledger.models import LogBatch
 from treemeter_records.limits import FIELD_PATH_MAX, RECORD_ID_LENGTH
 
 from .rejections import REJECTED_ID_MAX
@@ -10,6 +11,12 @@ class IngestBatch(models.Model):
     """One signed batch as received, with the answer given. A replay gets this answer back."""
 
     agent = models.ForeignKey(Agent, on_delete=models.PROTECT, related_name="batches")
+    log_batch = models.OneToOneField(
+        LogBatch,
+        on_delete=models.PROTECT,
+        related_name="ingest_batch",
+        help_text="The batch as signed, in the verifiable log (ledger.services.keep_signed_batch).",
+    )
     header_digest = models.CharField(max_length=64, help_text="SHA-256 of the canonical signed header.")
     key_id = models.CharField(max_length=64)
     first_seq = models.BigIntegerField()

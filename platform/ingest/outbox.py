@@ -13,8 +13,8 @@ from clickhouse_connect.driver.exceptions import ClickHouseError
 from django.db import DatabaseError, transaction
 
 from clickhouse_store import query
-from usage.cache import bump_data_versions
 
+from .events import records_stored
 from .models import PendingInsert
 
 RECORDS_TABLE = "usage_records"
@@ -31,6 +31,7 @@ def store_pending(only: Iterable[int] | None = None) -> int:
     waits for it, then finds it gone), and the insert carries the row's deduplication token, so an
     insert that reached ClickHouse before a failure here is dropped by the engine when repeated.
     Raises StoreUnavailable when ClickHouse (or PostgreSQL) fails; what was stored by then stays stored.
+    Each stored row is announced (`ingest.events.records_stored`, with its tenants).
     """
     rows = PendingInsert.objects.order_by("pk")
     if only is not None:
@@ -44,7 +45,7 @@ def store_pending(only: Iterable[int] | None = None) -> int:
                     continue
                 query.insert_json_lines(RECORDS_TABLE, bytes(row.lines), dedup_token=row.dedup_token)
                 row.delete()
-            bump_data_versions(row.tenants)
+            records_stored.send(sender=PendingInsert, tenants=list(row.tenants))
             stored += 1
     except (ClickHouseError, DatabaseError) as error:
         raise StoreUnavailable(f"stored {stored} batches, then: {error}") from None

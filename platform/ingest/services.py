@@ -1,13 +1,14 @@
 """Ingest of signed record batches: verify, validate, deduplicate, log, then store once.
 
 PostgreSQL decides, ClickHouse follows. One transaction per batch locks the agent, sorts the records
-(accepted, duplicate, rejected), saves the answer, the sequence ranges, the rejections and the log's
-leaves, and writes the accepted lines to the outbox (`PendingInsert`). Only after that commit are the
-lines inserted into ClickHouse (`store_pending`), so the invariant of docs/ledger.md holds by design:
-every stored record is a leaf and every leaf a stored record, once each. A failure before the commit
-stores nothing anywhere; a failure after it leaves the outbox row, which the next `store_pending`
-(right after the next batch, the beat task `ingest.store_pending`, and every reader that bills or
-proves: invoices, SLA reports, exports, the store audit) inserts with the same deduplication token.
+(accepted, duplicate, rejected), keeps the signed batch in the log (`ledger.LogBatch`, which the answer
+references), saves the answer, the rejections, the sequence ranges and the log's leaves, and writes
+the accepted lines to the outbox (`PendingInsert`). Only after that commit are the lines inserted
+into ClickHouse (`store_pending`), so the invariant of docs/ledger.md holds by design: every stored
+record is a leaf and every leaf a stored record, once each. A failure before the commit stores nothing
+anywhere; a failure after it leaves the outbox row, which the next `store_pending` (right after the
+next batch, the beat task `ingest.store_pending`, and every reader that bills or proves: invoices,
+SLA reports, exports, the store audit) inserts with the same deduplication token.
 
 Retry semantics: a batch is identified by the digest of its signed header. Its first answer is stored
 with it, under the per-agent row lock, so a replayed batch (also several at once) gets exactly that
@@ -33,7 +34,7 @@ from agents.models import Agent, AgentKey
 from agents.selectors import agent_scope, key_with_agent
 from contracts.models import Contract
 from ledger.models import LogLeaf
-from ledger.services import AcceptedRecord, append_batch, record_gap_events
+from ledger.services import AcceptedRecord, append_batch, keep_signed_batch, record_gap_events
 from treemeter_records import (
     BatchError,
     ParsedBatch,
@@ -158,8 +159,19 @@ def _commit(
         except BatchError as error:
             raise IngestRefused(error.http_status, error.code, error.message) from None
         answer = _answer(batch.header_digest, header, result)
+        log_batch = keep_signed_batch(
+            agent.pk,
+            body,
+            batch.header_bytes,
+            batch.signature,
+            leaves,
+            header["first_seq"],
+            header["last_seq"],
+            result.line_seqs,
+        )
         saved = IngestBatch.objects.create(
             agent=agent,
+            log_batch=log_batch,
             header_digest=batch.header_digest,
             key_id=key.key_id,
             first_seq=header["first_seq"],
@@ -176,12 +188,9 @@ def _commit(
             RejectedRecord(batch=saved, agent=agent, **rejected) for rejected in result.rejections
         )
         if not result.accepted:
-            append_batch(saved, body, batch.header_bytes, batch.signature, leaves, result.line_seqs, [])
             return answer, None
         _advance_ranges(agent, ranges, [seq for seq, _ in result.accepted])
-        append_batch(
-            saved, body, batch.header_bytes, batch.signature, leaves, result.line_seqs, result.logged
-        )
+        append_batch(log_batch, result.logged)  # takes the log's row lock: the last lock taken
         pending = PendingInsert.objects.create(
             batch=saved,
             dedup_token=_dedup_token(agent.agent_id, batch.header_digest, result.accepted),
@@ -341,7 +350,7 @@ def _advance_ranges(agent: Agent, before: list[sequences.Range], stored: list[in
     opened = SequenceGap.objects.bulk_create(
         SequenceGap(agent=agent, first_missing=a, last_missing=b) for a, b in sorted(missing - set(open_gaps))
     )
-    record_gap_events(agent, opened)
+    record_gap_events(agent, [(g.first_missing, g.last_missing, g.detected_at) for g in opened])
 
 
 def _answer(header_digest: str, header: dict[str, Any], result: _Sorted) -> IngestAnswer:

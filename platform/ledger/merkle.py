@@ -1,7 +1,12 @@
-"""RFC 6962 / 9162 Merkle log arithmetic on ``hashlib``: appends, proofs and their checks.
+"""RFC 6962 / 9162 Merkle log arithmetic: appends, proofs and their checks.
 
-No Django here. Proof generation takes ``subtree(lo, hi)``, a function returning MTH(D[lo:hi]) for the
-ranges the RFC recursion visits, so the same code serves the in-memory tests and the stored log.
+The hashing itself (leaf, node, tree hash, empty root) is the records format's
+(``treemeter_records.merkle``, the same leaf hash as each batch's own tree); this module adds what a log
+needs on top of it. The standalone verifier keeps its own copy on purpose; tests/merkle_vectors.json
+pins all of them to the same roots and proofs. No Django here.
+
+Proof generation takes ``subtree(lo, hi)``, a function returning MTH(D[lo:hi]) for the ranges the RFC
+recursion visits, so the same code serves the in-memory tests and the stored log.
 Hashes are raw 32-byte ``bytes``.
 """
 
@@ -10,22 +15,14 @@ from __future__ import annotations
 import hmac
 import itertools
 from collections.abc import Callable, Sequence
-from hashlib import sha256
 
-EMPTY_ROOT = sha256(b"").digest()
+from treemeter_records.merkle import EMPTY_ROOT, node_hash
+
 SubtreeHash = Callable[[int, int], bytes]
 
 
 class ProofError(ValueError):
     """A proof does not verify, or its sizes are impossible."""
-
-
-def leaf_hash(data: bytes) -> bytes:
-    return sha256(b"\x00" + data).digest()
-
-
-def node_hash(left: bytes, right: bytes) -> bytes:
-    return sha256(b"\x01" + left + right).digest()
 
 
 def split_point(n: int) -> int:
@@ -57,19 +54,6 @@ def fold(hashes: Sequence[bytes]) -> bytes:
     for h in reversed(hashes[:-1]):
         acc = node_hash(h, acc)
     return acc
-
-
-def root_of_leaves(leaves: Sequence[bytes]) -> bytes:
-    """MTH over leaf hashes, bottom-up (an odd last node is carried up unchanged)."""
-    if not leaves:
-        return EMPTY_ROOT
-    level = list(leaves)
-    while len(level) > 1:
-        nxt = [node_hash(level[i], level[i + 1]) for i in range(0, len(level) - 1, 2)]
-        if len(level) & 1:
-            nxt.append(level[-1])
-        level = nxt
-    return level[0]
 
 
 def append_leaves(

@@ -1,13 +1,14 @@
-"""The verifiable log's state in PostgreSQL: leaves, stored node strata, compact range, checkpoints."""
+"""The verifiable log's state in PostgreSQL: leaves, stored node strata, compact range, checkpoints.
+
+The ingest batch a LogBatch came in is `IngestBatch.log_batch` (ingest is above the ledger); disputes and
+billing exclusions are billing's (billing.models).
+"""
 
 from __future__ import annotations
 
-from django.conf import settings
 from django.db import models
 
-from accounts.models import Tenant
 from agents.models import Agent
-from ingest.models import IngestBatch
 from treemeter_records.limits import SLUG_MAX
 
 # Perfect subtree hashes are stored on every STRATUM-th level (4, 8, 12, ...): any subtree hash then
@@ -29,7 +30,6 @@ class LogState(models.Model):
 class LogBatch(models.Model):
     """A received batch as the agent signed it: what lets anyone re-check its records' signature."""
 
-    batch = models.OneToOneField(IngestBatch, on_delete=models.PROTECT, related_name="log_batch")
     agent = models.ForeignKey(Agent, on_delete=models.PROTECT, related_name="log_batches")
     header = models.BinaryField(help_text="Canonical header bytes, as signed.")
     signature = models.BinaryField()
@@ -127,75 +127,3 @@ class LedgerEvent(models.Model):
 
     def __str__(self) -> str:
         return f"{self.kind} {self.agent_id}"
-
-
-class Dispute(models.Model):
-    """A customer's dispute of one invoice line, with the evidence attached when it was opened.
-
-    Its whole history (who did what and when) is in DisputeEvent; the invoice itself is never edited:
-    an accepted dispute becomes a billing credit note.
-    """
-
-    class Status(models.TextChoices):
-        OPEN = "open", "Open"
-        REJECTED = "rejected", "Rejected"
-        ACCEPTED = "accepted", "Accepted"
-        EXCLUDED = "excluded", "Records excluded (customer dependency)"
-
-    invoice = models.ForeignKey("billing.Invoice", on_delete=models.PROTECT, related_name="disputes")
-    line = models.ForeignKey("billing.InvoiceLine", on_delete=models.PROTECT, related_name="disputes")
-    tenant = models.ForeignKey(Tenant, on_delete=models.PROTECT, related_name="disputes")
-    reason = models.TextField()
-    status = models.CharField(max_length=16, choices=Status.choices, default=Status.OPEN)
-    evidence = models.JSONField()
-    credited = models.DecimalField(max_digits=20, decimal_places=2, default=0)
-    credit_note = models.ForeignKey(
-        "billing.Note", null=True, blank=True, on_delete=models.PROTECT, related_name="disputes"
-    )
-    opened_at = models.DateTimeField(auto_now_add=True)
-
-    class Meta:
-        ordering = ["-opened_at", "-id"]
-        constraints = [
-            models.UniqueConstraint(
-                fields=["line"], condition=models.Q(status="open"), name="one_open_dispute_per_line"
-            )
-        ]
-
-    def __str__(self) -> str:
-        return f"dispute {self.pk} on line {self.line_id}: {self.status}"
-
-
-class DisputeEvent(models.Model):
-    """One step in a dispute's history."""
-
-    dispute = models.ForeignKey(Dispute, on_delete=models.CASCADE, related_name="events")
-    actor = models.ForeignKey(settings.AUTH_USER_MODEL, null=True, on_delete=models.SET_NULL)
-    action = models.CharField(max_length=32)
-    detail = models.JSONField(default=dict)
-    at = models.DateTimeField(auto_now_add=True)
-
-    class Meta:
-        ordering = ["dispute", "id"]
-
-    def __str__(self) -> str:
-        return f"{self.dispute_id} {self.action}"
-
-
-class BillingExclusion(models.Model):
-    """A record excluded from billing because a dispute found the customer's own dependency at fault
-    (e.g. its system answered 503). A record is excluded at most once; the amount it was billed is
-    credited by the dispute's credit notes, the invoice itself is never edited."""
-
-    dispute = models.ForeignKey(Dispute, on_delete=models.PROTECT, related_name="exclusions")
-    record_id = models.UUIDField(unique=True)
-    tenant = models.CharField(max_length=SLUG_MAX)
-    contract = models.CharField(max_length=SLUG_MAX)
-    start_ns = models.BigIntegerField()
-    created_at = models.DateTimeField(auto_now_add=True)
-
-    class Meta:
-        indexes = [models.Index(fields=["tenant", "contract", "start_ns"])]
-
-    def __str__(self) -> str:
-        return f"{self.record_id} excluded by dispute {self.dispute_id}"

@@ -1,4 +1,5 @@
-"""Writes to the ledger: append accepted records, publish signed checkpoints, persist gap events.
+"""Writes to the ledger: keep signed batches, append accepted records, publish signed checkpoints,
+persist gap events. Disputes of invoice lines are billing's (billing.disputes).
 
 Retry semantics: ``append_batch`` runs inside the ingest transaction, after the batch's answer is
 saved; a replayed batch returns before it, so every accepted record is appended exactly once, in
@@ -10,44 +11,21 @@ from __future__ import annotations
 
 import base64
 import hashlib
-from bisect import bisect_right
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
-from decimal import Decimal
-from functools import cached_property
+from datetime import datetime
 from typing import Any
 
 from django.conf import settings
-from django.db import IntegrityError, connection, transaction
+from django.db import connection, transaction
 
 from agents.models import Agent
-from billing.errors import BillingError
-from billing.models import Invoice, InvoiceLine
-from billing.rating import ZERO, PeriodUsage, SegmentUsage, rate_charge, rate_versions
-from billing.services import issue_note
-from billing.terms import Terms
-from ingest.models import IngestBatch, SequenceGap
 from treemeter_records import private_key_from_seed
-from treemeter_records.timeutil import unix_nanos
-from webhooks.events import publish_dispute_updated
 from webhooks.services import publish_event
 
 from .merkle import ProofError, append_leaves, consistency_path, fold, verify_consistency
-from .models import (
-    STRATUM,
-    BillingExclusion,
-    Checkpoint,
-    Dispute,
-    DisputeEvent,
-    LedgerEvent,
-    LogBatch,
-    LogLeaf,
-    LogNode,
-    LogState,
-)
+from .models import STRATUM, Checkpoint, LedgerEvent, LogBatch, LogLeaf, LogNode, LogState
 from .notes import CheckpointBody, sign_checkpoint
-from .selectors import LedgerLookupError, dispute_evidence, period_ns
-from .store import Window, billed_usage, matching_records
 from .tree import StoredTree
 
 
@@ -77,29 +55,36 @@ def log_state(lock: bool = False) -> LogState:
     return rows.get(pk=1)
 
 
-def append_batch(
-    batch: IngestBatch,
+def keep_signed_batch(
+    agent_id: int,
     body: bytes,
     header: bytes,
     signature: bytes,
     leaves: Sequence[bytes],
+    first_seq: int,
+    last_seq: int,
     line_seqs: list[int],
-    accepted: list[AcceptedRecord],
-) -> None:
-    """Keep the signed batch and append its accepted records' leaves (already hashed by ingest)."""
-    log_batch = LogBatch.objects.create(
-        batch=batch,
-        agent_id=batch.agent_id,
+) -> LogBatch:
+    """Keep a received batch as the agent signed it (the first write of ingest's transaction for it):
+    the header, the signature, the SHA-256 of the raw body and the leaf hashes of all its lines."""
+    return LogBatch.objects.create(
+        agent_id=agent_id,
         header=header,
         signature=signature,
         body_sha256=hashlib.sha256(body).hexdigest(),
         leaf_hashes=b"".join(leaves),
-        first_seq=batch.first_seq,
-        last_seq=batch.last_seq,
-        seqs=line_seqs if len(leaves) < batch.last_seq - batch.first_seq + 1 else None,
+        first_seq=first_seq,
+        last_seq=last_seq,
+        seqs=line_seqs if len(leaves) < last_seq - first_seq + 1 else None,
     )
+
+
+def append_batch(log_batch: LogBatch, accepted: list[AcceptedRecord]) -> None:
+    """Append the accepted records' leaves (already hashed by ingest, kept in ``log_batch``) in order.
+    Takes the LogState row lock: call it last in the ingest transaction."""
     if not accepted:
         return
+    leaves = _split(bytes(log_batch.leaf_hashes))
     state = log_state(lock=True)
     start = state.size
     new_leaves = [leaves[record.position] for record in accepted]
@@ -113,7 +98,7 @@ def append_batch(
             record.record_id,
             record.tenant,
             record.contract,
-            batch.agent_id,
+            log_batch.agent_id,
             record.seq,
             record.start_ns,
             log_batch.pk,
@@ -184,315 +169,22 @@ def check_extends(last: Checkpoint, size: int, root: bytes) -> None:
         ) from None
 
 
-def record_gap_events(agent: Agent, gaps: Sequence[SequenceGap]) -> None:
-    """One ``ledger.sequence_gap`` event per newly detected gap, published as a platform-wide webhook."""
+def record_gap_events(agent: Agent, gaps: Iterable[tuple[int, int, datetime]]) -> None:
+    """One ``ledger.sequence_gap`` event per newly detected gap ``(first missing seq, last missing seq,
+    detected at)``, published as a platform-wide webhook."""
     events = LedgerEvent.objects.bulk_create(
         LedgerEvent(
             kind=LedgerEvent.Kind.SEQUENCE_GAP,
             agent=agent,
             payload={
                 "agent_id": agent.agent_id,
-                "first_missing": gap.first_missing,
-                "last_missing": gap.last_missing,
-                "missing": gap.last_missing - gap.first_missing + 1,
-                "detected_at": gap.detected_at.isoformat(),
+                "first_missing": first,
+                "last_missing": last,
+                "missing": last - first + 1,
+                "detected_at": detected_at.isoformat(),
             },
         )
-        for gap in gaps
+        for first, last, detected_at in gaps
     )
     for event in events:
         publish_event(event.kind, None, event.payload, f"{event.kind}:{event.pk}")
-
-
-def open_dispute(user: Any, line_id: int, reason: str, tenant: str | None) -> Dispute:
-    """A customer disputes one line of a finalised invoice; the evidence is attached at once.
-
-    Retry: a line has at most one open dispute; opening it again answers 409 dispute_open.
-    """
-    line = InvoiceLine.objects.select_related("invoice", "invoice__tenant").filter(pk=line_id).first()
-    if line is None or (tenant is not None and line.invoice.tenant.code != tenant):
-        raise LedgerLookupError(404, "unknown_line", f"No invoice line {line_id}.")
-    if not reason.strip():
-        raise LedgerLookupError(400, "invalid_request", "Say why the line is disputed.")
-    invoice = line.invoice
-    if invoice.status not in (Invoice.Status.FINALIZED, Invoice.Status.PAID):
-        raise LedgerLookupError(409, "invoice_not_final", f"Invoice {invoice.pk} is {invoice.status}.")
-    evidence = dispute_evidence(invoice, line)
-    try:
-        with transaction.atomic():
-            dispute = Dispute.objects.create(
-                invoice=invoice, line=line, tenant=invoice.tenant, reason=reason, evidence=evidence
-            )
-    except IntegrityError:
-        raise LedgerLookupError(409, "dispute_open", f"Line {line_id} already has an open dispute.") from None
-    DisputeEvent.objects.bulk_create(
-        [
-            DisputeEvent(dispute=dispute, actor=user, action="opened", detail={"reason": reason}),
-            DisputeEvent(
-                dispute=dispute,
-                action="evidence_attached",
-                detail={"checkpoint_size": evidence["checkpoint"]["size"], "records": evidence["records"]},
-            ),
-        ]
-    )
-    publish_dispute_updated(dispute, "opened")
-    return dispute
-
-
-def resolve_dispute(
-    user: Any,
-    dispute_id: int,
-    decision: str,
-    comment: str,
-    amount: Decimal | None = None,
-    record_ids: list[str] | None = None,
-    window: Window | None = None,
-) -> Dispute:
-    """Finance rejects (the evidence stands), accepts in full or in part (a billing credit note), or
-    finds the customer's own dependency at fault (``customer_dependency``): the records named, or those
-    of a window with a status, are excluded from billing and what they were billed is credited.
-
-    Retry: a resolved dispute is never resolved again (409 already_resolved), so its notes are issued once.
-    """
-    if decision not in ("reject", "accept", "customer_dependency"):
-        raise LedgerLookupError(400, "invalid_request", "decision is reject, accept or customer_dependency.")
-    with transaction.atomic():
-        dispute = (
-            Dispute.objects.select_for_update()
-            .select_related("line", "invoice")
-            .filter(pk=dispute_id)
-            .first()
-        )
-        if dispute is None:
-            raise LedgerLookupError(404, "unknown_dispute", f"No dispute {dispute_id}.")
-        if dispute.status != Dispute.Status.OPEN:
-            raise LedgerLookupError(409, "already_resolved", f"Dispute {dispute_id} is {dispute.status}.")
-        if decision == "reject":
-            dispute.status = Dispute.Status.REJECTED
-            dispute.save(update_fields=["status"])
-            DisputeEvent.objects.create(
-                dispute=dispute,
-                actor=user,
-                action="rejected",
-                detail={"comment": comment, "evidence": "attached"},
-            )
-            publish_dispute_updated(dispute, "rejected")
-            return dispute
-        if decision == "customer_dependency":
-            return _exclude_records(user, dispute, comment, record_ids, window)
-        line = dispute.line
-        credit = (
-            line.amount - sum((n.amount for n in line.notes.filter(kind="credit")), Decimal(0))
-            if amount is None
-            else amount
-        )
-        try:
-            note = issue_note(
-                dispute.invoice, "credit", credit, f"Dispute {dispute.pk}: {comment}", line=line
-            )
-        except BillingError as error:
-            raise LedgerLookupError(409, error.code, error.message) from None
-        dispute.status, dispute.credited, dispute.credit_note = Dispute.Status.ACCEPTED, credit, note
-        dispute.save(update_fields=["status", "credited", "credit_note"])
-        DisputeEvent.objects.create(
-            dispute=dispute,
-            actor=user,
-            action="accepted",
-            detail={
-                "comment": comment,
-                "amount": str(credit),
-                "partial": credit < line.amount,
-                "credit_note": note.number,
-            },
-        )
-        publish_dispute_updated(dispute, "accepted")
-        return dispute
-
-
-class _SegmentCredits:
-    """What excluding records takes off the lines of a dimension whose price changed within the
-    invoice's period. The dimension's versions are rated (`rate_versions`: quota and tiers run in time
-    order, as on the invoice) on the usage per price segment the invoice billed, less earlier
-    exclusions, with and without these records; each version's line gives back its difference. A
-    period minimum or maximum caps the total given back at what the dimension's lines lose together."""
-
-    def __init__(
-        self, invoice: Invoice, terms: Terms, earlier: dict[str, int], excluded: dict[str, int]
-    ) -> None:
-        self.invoice, self.terms = invoice, terms
-        self.earlier, self.excluded = earlier, excluded
-        self.edges = [unix_nanos(b) for b in terms.change_instants(invoice.period_start, invoice.period_end)]
-        self.credits: dict[str, dict[str, tuple[Decimal, Decimal]]] = {}
-
-    @cached_property
-    def kept(self) -> list[dict[str, Decimal]]:
-        """Per segment, what the invoice billed less what earlier exclusions took off."""
-        billed = [SegmentUsage.from_json(s).quantities for s in self.invoice.terms.get("segments", [])]
-        return self._less(billed, self._by_segment(self.earlier))
-
-    @cached_property
-    def after(self) -> list[dict[str, Decimal]]:
-        return self._less(self.kept, self._by_segment(self.excluded))
-
-    def _by_segment(self, records: dict[str, int]) -> list[dict[str, Decimal]]:
-        """The billed usage of these records (id → start_ns) per price segment."""
-        groups: list[list[str]] = [[] for _ in range(len(self.edges) + 1)]
-        for record_id, start_ns in records.items():
-            groups[bisect_right(self.edges, start_ns)].append(record_id)
-        tenant, contract = self.invoice.tenant.code, self.invoice.contract.code
-        return [billed_usage(tenant, contract, ids) for ids in groups]
-
-    @staticmethod
-    def _less(usage: list[dict[str, Decimal]], minus: list[dict[str, Decimal]]) -> list[dict[str, Decimal]]:
-        return [
-            {d: q - taken.get(d, ZERO) for d, q in part.items()}
-            for part, taken in zip(usage, minus, strict=True)
-        ]
-
-    def _usage(self, parts: list[dict[str, Decimal]]) -> PeriodUsage:
-        edges = [
-            self.invoice.period_start,
-            *self.terms.change_instants(self.invoice.period_start, self.invoice.period_end),
-            self.invoice.period_end,
-        ]
-        totals: dict[str, Decimal] = {}
-        for part in parts:
-            for d, q in part.items():
-                totals[d] = totals.get(d, ZERO) + q
-        segments = tuple(SegmentUsage(edges[k], edges[k + 1], part) for k, part in enumerate(parts))
-        return PeriodUsage(0, totals, segments=segments)
-
-    def _rate(self, dimension: str) -> dict[str, tuple[Decimal, Decimal]]:
-        versions = self.terms.versions().get(dimension, [])
-        if not versions or any(v.charge_model == "percentage" for v in versions):
-            return {}
-        start, end, currency = self.invoice.period_start, self.invoice.period_end, self.invoice.currency
-        kept = rate_versions(versions, self._usage(self.kept), start, end, currency)
-        after = rate_versions(versions, self._usage(self.after), start, end, currency)
-        left = sum((x.amount for x in kept), ZERO) - sum((x.amount for x in after), ZERO)
-        remaining = {x.details["segment_start"]: x for x in after if "segment_start" in x.details}
-        credits = {}
-        for line in kept:
-            if "segment_start" not in line.details:
-                continue
-            rest = remaining[line.details["segment_start"]]
-            amount = min(line.amount - rest.amount, max(left, ZERO))
-            left -= amount
-            credits[line.details["segment_start"]] = (line.quantity - rest.quantity, amount)
-        return credits
-
-    def credit(self, line: InvoiceLine) -> tuple[Decimal, Decimal]:
-        """The excluded quantity in the line's segment, and what it was billed on this line."""
-        if line.dimension not in self.credits:
-            self.credits[line.dimension] = self._rate(line.dimension)
-        return self.credits[line.dimension].get(line.details["segment_start"], (ZERO, ZERO))
-
-
-def _exclude_records(
-    user: Any, dispute: Dispute, comment: str, record_ids: list[str] | None, window: Window | None
-) -> Dispute:
-    """Exclude the invoice's matching records (not already excluded) and credit, per usage line, what
-    they were billed: the line's charge rated on what earlier exclusions left, minus the same charge
-    rated without these records too (quota and rounding stay exact). Runs in the caller's transaction,
-    with the dispute row locked."""
-    invoice = dispute.invoice
-    tenant, contract = invoice.tenant.code, invoice.contract.code
-    if (record_ids is None) == (window is None):
-        raise LedgerLookupError(400, "invalid_request", "Name the records, or a window and a status.")
-    found = matching_records(tenant, contract, period_ns(invoice), record_ids, window)
-    unknown = sorted(set(record_ids or []) - set(found))
-    if unknown:
-        raise LedgerLookupError(
-            404, "unknown_records", f"Not records of this invoice: {', '.join(unknown[:5])}."
-        )
-    already = {
-        str(r)
-        for r in BillingExclusion.objects.filter(record_id__in=list(found)).values_list(
-            "record_id", flat=True
-        )
-    }
-    excluded = sorted(set(found) - already)
-    if not excluded:
-        raise LedgerLookupError(
-            409, "nothing_to_exclude", "No record to exclude that is not excluded already."
-        )
-    start_ns, end_ns = period_ns(invoice)
-    earlier_starts = {
-        str(record_id): start
-        for record_id, start in BillingExclusion.objects.filter(
-            tenant=tenant, contract=contract, start_ns__gte=start_ns, start_ns__lt=end_ns
-        ).values_list("record_id", "start_ns")
-    }
-    before = billed_usage(tenant, contract, list(earlier_starts))  # what earlier exclusions took off
-    try:
-        BillingExclusion.objects.bulk_create(
-            BillingExclusion(
-                dispute=dispute, record_id=r, tenant=tenant, contract=contract, start_ns=found[r]
-            )
-            for r in excluded
-        )
-    except IntegrityError:  # another dispute excluded one of them meanwhile: nothing is kept, retry
-        raise LedgerLookupError(
-            409, "exclusion_conflict", "Another dispute excluded some of these records meanwhile; retry."
-        ) from None
-    terms = Terms.from_json(invoice.terms)
-    by_version = {(c.dimension, c.effective_from): c for c in terms.charges}
-    versions = terms.versions()
-    usage = billed_usage(tenant, contract, excluded)
-    segmented = _SegmentCredits(invoice, terms, earlier_starts, {r: found[r] for r in excluded})
-    credits: list[dict[str, str]] = []
-    for line in invoice.lines.filter(kind="usage").order_by("pk"):
-        if "rated" in line.details:  # a period minimum/maximum line: nothing of it is per record
-            continue
-        if "segment_start" in line.details:  # one version of a dimension whose price changed
-            quantity, billed_less = segmented.credit(line)  # quota freed earlier counts on later lines
-        else:
-            dimension_versions = versions.get(line.dimension, [])
-            charge = by_version.get((line.dimension, line.details.get("effective_from", ""))) or (
-                dimension_versions[0] if len(dimension_versions) == 1 else None
-            )
-            quantity = usage.get(line.dimension, ZERO)
-            if charge is None or not quantity or charge.charge_model == "percentage":
-                continue
-            kept = line.quantity - before[line.dimension]
-            billed = rate_charge(charge, kept, ZERO, invoice.currency).amount
-            rest = rate_charge(charge, kept - quantity, ZERO, invoice.currency).amount
-            billed_less = billed - rest
-        left = line.amount - sum((n.amount for n in line.notes.filter(kind="credit")), ZERO)
-        credit = min(billed_less, left)
-        if credit <= 0:
-            continue
-        try:
-            note = issue_note(invoice, "credit", credit, f"Dispute {dispute.pk}: excluded records", line=line)
-        except BillingError as error:
-            raise LedgerLookupError(409, error.code, error.message) from None
-        credits.append(
-            {
-                "line": str(line.pk),
-                "dimension": line.dimension,
-                "quantity": str(quantity),
-                "amount": str(credit),
-                "credit_note": note.number,
-            }
-        )
-    total = sum((Decimal(c["amount"]) for c in credits), ZERO)
-    dispute.status, dispute.credited = Dispute.Status.EXCLUDED, total
-    dispute.save(update_fields=["status", "credited"])
-    DisputeEvent.objects.create(
-        dispute=dispute,
-        actor=user,
-        action="records_excluded",
-        detail={
-            "comment": comment,
-            "selection": {"records": record_ids}
-            if window is None
-            else {"start_ns": window.start_ns, "end_ns": window.end_ns, "status": window.status},
-            "excluded": len(excluded),
-            "already_excluded": len(already),
-            "records_sha256": hashlib.sha256("\n".join(excluded).encode()).hexdigest(),
-            "credits": credits,
-            "total": str(total),
-        },
-    )
-    publish_dispute_updated(dispute, "excluded")
-    return dispute

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
-from .merkle import fold, node_hash, perfect_ranges
+from treemeter_records.merkle import node_hash
+
+from .merkle import fold, perfect_ranges
 from .models import STRATUM, LogLeaf, LogNode
 
 

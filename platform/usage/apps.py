@@ -1,6 +1,8 @@
 from django.apps import AppConfig
 from django.db.models.signals import post_delete, post_save
 
+from ingest.events import records_stored
+
 
 class UsageConfig(AppConfig):
     name = "usage"
@@ -10,7 +12,9 @@ class UsageConfig(AppConfig):
         from contracts.models import Contract
         from sla.models import Objective, SlaPolicy
 
-        from .cache import retire_terms_answers
+        from .cache import records_stored_receiver, retire_terms_answers
+
+        records_stored.connect(records_stored_receiver, dispatch_uid="usage-data-versions")
 
         for model in (Contract, SlaPolicy, Objective):
             for signal in (post_save, post_delete):

@@ -4,8 +4,8 @@ Every dashboard read costs a ClickHouse query (5–20 ms of engine time even on 
 dashboards ask the same questions again and again: each page load, each refresh, each colleague
 opening the same tenant. An answer is therefore kept under its question together with the tenant's
 *data version* it was computed from, a random token replaced whenever records for that tenant are
-stored (`bump_data_versions`, called by ingest right after its ClickHouse insert; a rollup rebuild
-retires every answer at once with `retire_every_answer`). A kept answer counts only while its version
+stored (`bump_data_versions`, on ingest's `records_stored` event after each ClickHouse insert; a rollup
+rebuild retires every answer at once with `retire_every_answer`). A kept answer counts only while its version
 is the current one, so it is never older than the data: there is no staleness window.
 
 Order matters for that guarantee: the version is read *before* the query runs. A query that races
@@ -53,6 +53,11 @@ def bump_data_versions(tenants: Iterable[str]) -> None:
         return
     keys.add(_VERSION_KEY.format(EVERY_TENANT))
     cache.set_many({key: secrets.token_hex(8) for key in keys}, timeout=None)
+
+
+def records_stored_receiver(sender: Any, tenants: Iterable[str], **kwargs: Any) -> None:
+    """`ingest.events.records_stored`: the stored records change these tenants' answers."""
+    bump_data_versions(tenants)
 
 
 def retire_every_answer() -> None:

@@ -11,10 +11,9 @@ import pytest
 from django.contrib.auth.models import User
 from django.test import Client
 
-from billing.models import Invoice, Note
+from billing.models import BillingExclusion, Dispute, Invoice, Note
 from billing.services import generate_invoice
 from common.periods import month_bounds
-from ledger.models import BillingExclusion, Dispute
 from sla.models import Exclusion
 from sla.services import declare_exclusion
 from tests.factories import ContractFactory, ContractPriceFactory, SigningAgent, signing_agent

@@ -13,11 +13,11 @@ import pytest
 from playwright.sync_api import Page, expect
 
 from accounts.models import Role, Tenant
+from billing.models import Dispute
 from catalog.models import ComputePackage, PackagePlan, PlanPrice
 from common.cjk_font import CJK_FONT_FAMILY
 from contracts.models import Contract
 from frontend.views.usage import charts_available
-from ledger.models import Dispute
 from tests.browser.conftest import Shots, sign_in
 from tests.factories import (
     ContractFactory,

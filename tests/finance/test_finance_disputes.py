@@ -9,12 +9,13 @@ from typing import Any
 import pytest
 from django.utils import timezone
 
-from billing.models import Note
+from billing.disputes import open_dispute, resolve_dispute
+from billing.models import Dispute, Note
 from billing.services import generate_invoice
 from common.periods import month_bounds
 from contracts.models import ContractPrice
-from ledger.models import Checkpoint, Dispute
-from ledger.services import open_dispute, publish_checkpoint, resolve_dispute
+from ledger.models import Checkpoint
+from ledger.services import publish_checkpoint
 from tests.billing.usage import at, send
 from tests.factories import ContractFactory, TenantFactory, UserFactory
 from tests.finance.support import csv_rows, parquet_table, staff_client

@@ -11,13 +11,14 @@ import pyarrow as pa
 import pytest
 from django.contrib.auth.models import User
 
+from billing.disputes import open_dispute, resolve_dispute
+from billing.evidence import Window
 from billing.selectors import period_usage
 from billing.services import generate_invoice
 from common.periods import month_bounds
 from contracts.models import Contract, ContractPrice
 from ledger.models import Checkpoint
-from ledger.services import open_dispute, publish_checkpoint, resolve_dispute
-from ledger.store import Window
+from ledger.services import publish_checkpoint
 from sla.models import Exclusion
 from sla.services import declare_exclusion
 from tests.billing.usage import at, send

@@ -1,4 +1,4 @@
-"""Opening a dispute from an invoice line in the portal (ledger.services.open_dispute): it exists with
+"""Opening a dispute from an invoice line in the portal (billing.disputes.open_dispute): it exists with
 its history and evidence, the invoice links it, and the dispute page shows both."""
 
 from __future__ import annotations
@@ -7,9 +7,9 @@ import pytest
 from django.urls import reverse
 
 from accounts.models import Role
+from billing.models import Dispute
 from billing.services import generate_invoice
 from common.periods import month_bounds
-from ledger.models import Dispute
 from tests.factories import MembershipFactory
 from tests.frontend.support import member, november_invoice, priced_contract, signed_in
 

@@ -12,8 +12,8 @@ from django.db import connection
 from django.test import Client
 
 from clickhouse_store import query
+from ingest.audit import audit_window
 from ingest.models import PendingInsert
-from ledger.audit import audit_window
 from ledger.models import LogLeaf
 from ledger.services import log_state
 

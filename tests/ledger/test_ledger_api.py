@@ -9,12 +9,12 @@ from typing import Any
 import pytest
 from django.test import Client
 
-from ledger.merkle import leaf_hash
 from ledger.models import Checkpoint, LogLeaf
 from ledger.services import publish_checkpoint
 from tests.factories import ContractFactory, signing_agent
 from tests.ledger.support import member_client, send, staff_client
 from treemeter_records import canonical_bytes
+from treemeter_records.merkle import leaf_hash
 from treemeter_verify.merkle import root_from_inclusion, verify_consistency
 
 pytestmark = [pytest.mark.django_db, pytest.mark.usefixtures("clickhouse")]

@@ -9,8 +9,8 @@ from typing import Any
 import pytest
 from django.test import Client
 
-from billing.models import Note
-from ledger.models import BillingExclusion, Checkpoint
+from billing.models import BillingExclusion, Note
+from ledger.models import Checkpoint
 from ledger.services import publish_checkpoint
 from tests.factories import signing_agent
 from tests.ledger.support import member_client, november_invoice, priced_contract, send, staff_client

@@ -10,13 +10,14 @@ from django.test import Client
 
 from billing.models import Invoice
 from ingest.models import SequenceGap
-from ledger.merkle import fold, leaf_hash, root_of_leaves
+from ledger.merkle import fold
 from ledger.models import Checkpoint, LedgerEvent, LogBatch, LogLeaf, LogNode, LogState
 from ledger.services import CheckpointRefused, publish_checkpoint
 from ledger.tasks import publish_checkpoint_task
 from tests.factories import ContractFactory, signing_agent
 from tests.ledger.support import november_invoice, platform_vkey, priced_contract, send
 from treemeter_records import canonical_bytes
+from treemeter_records.merkle import leaf_hash, merkle_root
 from treemeter_verify.note import open_checkpoint, parse_verifier_key
 
 pytestmark = [pytest.mark.django_db, pytest.mark.usefixtures("clickhouse")]
@@ -47,8 +48,8 @@ def test_accepted_records_are_logged_once_in_ingest_order(client: Client) -> Non
     assert send(client, agent, first)["duplicate"] == 3  # re-signed: stored records are duplicates
     records = first + second
     assert logged() == [(i, r["record_id"], leaf_hash(canonical_bytes(r))) for i, r in enumerate(records)]
-    assert state_root() == (5, root_of_leaves([leaf_hash(canonical_bytes(r)) for r in records]))
-    stored = LogBatch.objects.get(batch__header_digest=batch.header_digest)
+    assert state_root() == (5, merkle_root([leaf_hash(canonical_bytes(r)) for r in records]))
+    stored = LogBatch.objects.get(ingest_batch__header_digest=batch.header_digest)
     assert bytes(stored.header) == batch.header_bytes
     assert bytes(stored.leaf_hashes) == b"".join(leaf_hash(line) for line in batch.lines)
     assert list(LogLeaf.objects.values_list("seq", "position")) == [(0, 0), (1, 1), (2, 2), (3, 0), (4, 1)]
@@ -76,8 +77,8 @@ def test_perfect_subtrees_are_stored_every_fourth_level(client: Client) -> None:
         (lv, i, bytes(h))
         for lv, i, h in LogNode.objects.order_by("level", "index").values_list("level", "index", "hash")
     ]
-    assert nodes == [(4, 0, root_of_leaves(leaves[:16])), (4, 1, root_of_leaves(leaves[16:32]))]
-    assert state_root() == (40, root_of_leaves(leaves))
+    assert nodes == [(4, 0, merkle_root(leaves[:16])), (4, 1, merkle_root(leaves[16:32]))]
+    assert state_root() == (40, merkle_root(leaves))
 
 
 def test_a_checkpoint_is_a_c2sp_signed_note_of_the_tree_head(client: Client) -> None:
@@ -86,7 +87,7 @@ def test_a_checkpoint_is_a_c2sp_signed_note_of_the_tree_head(client: Client) -> 
     records = [agent.record(contract) for _ in range(6)]
     send(client, agent, records)
     checkpoint = publish_checkpoint(Checkpoint.Reason.MANUAL)
-    root = root_of_leaves([leaf_hash(canonical_bytes(r)) for r in records])
+    root = merkle_root([leaf_hash(canonical_bytes(r)) for r in records])
     body, signature = checkpoint.note.split("\n\n")
     import base64
 

@@ -1,131 +1,43 @@
-"""The log's tree code against the RFC 6962 vectors of transparency-dev/merkle (testonly, proof tests)."""
+"""The log's tree code against the RFC 6962 vectors of transparency-dev/merkle (testonly, proof tests),
+shared by every Merkle implementation in tests/merkle_vectors.json."""
 
 from __future__ import annotations
 
 import itertools
+import json
 from collections.abc import Callable
+from pathlib import Path
 
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
 from ledger.merkle import (
-    EMPTY_ROOT,
     ProofError,
     append_leaves,
     consistency_path,
     fold,
     inclusion_path,
-    leaf_hash,
     multi_inclusion,
-    node_hash,
     perfect_ranges,
-    root_of_leaves,
     split_point,
     verify_consistency,
     verify_inclusion,
 )
+from treemeter_records.merkle import EMPTY_ROOT, leaf_hash, merkle_root, node_hash
 
-LEAF_INPUTS = [
-    bytes.fromhex(h)
-    for h in (
-        "",
-        "00",
-        "10",
-        "2021",
-        "3031",
-        "40414243",
-        "5051525354555657",
-        "606162636465666768696a6b6c6d6e6f",
-    )
-]
-ROOTS = [
-    bytes.fromhex(h)
-    for h in (
-        "6e340b9cffb37a989ca544e6bb780a2c78901d3fb33738768511a30617afa01d",
-        "fac54203e7cc696cf0dfcb42c92a1d9dbaf70ad9e621f4bd8d98662f00e3c125",
-        "aeb6bcfe274b70a14fb067a5e5578264db0fa9b51af5e0ba159158f329e06e77",
-        "d37ee418976dd95753c1c73862b9398fa2a2cf9b4ff0fdfe8b30cd95209614b7",
-        "4e3bbb1f7b478dcfe71fb631631519a3bca12c9aefca1612bfce4c13a86264d4",
-        "76e67dadbcdf1e10e1b74ddc608abd2f98dfb16fbce75277b5232a127f2087ef",
-        "ddb89be403809e325750d3d263cd78929c2942b7942a34b77e122c9594a74c8c",
-        "5dc9da79a70659a9ad559cb701ded9a2ab9d823aad2f4960cfe370eff4604328",
-    )
-]
 H = bytes.fromhex
+VECTORS = json.loads((Path(__file__).parents[1] / "merkle_vectors.json").read_text())
+LEAF_INPUTS = [H(h) for h in VECTORS["leaf_inputs"]]
+ROOTS = [H(h) for h in VECTORS["roots"]]
 # (leaf index 1-based, tree size, proof) from proof/verify_test.go
-INCLUSION = [
-    (
-        1,
-        8,
-        [
-            "96a296d224f285c67bee93c30f8a309157f0daa35dc5b87e410b78630a09cfc7",
-            "5f083f0a1a33ca076a95279832580db3e0ef4584bdff1f54c8a360f50de3031e",
-            "6b47aaf29ee3c2af9af889bc1fb9254dabd31177f16232dd6aab035ca39bf6e4",
-        ],
-    ),
-    (
-        6,
-        8,
-        [
-            "bc1a0643b12e4d2d7c77918f44e0f4f79a838b6cf9ec5b5c283e1f4d88599e6b",
-            "ca854ea128ed050b41b35ffc1b87b8eb2bde461e9e3b5596ece6b9d5975a0ae0",
-            "d37ee418976dd95753c1c73862b9398fa2a2cf9b4ff0fdfe8b30cd95209614b7",
-        ],
-    ),
-    (3, 3, ["fac54203e7cc696cf0dfcb42c92a1d9dbaf70ad9e621f4bd8d98662f00e3c125"]),
-    (
-        2,
-        5,
-        [
-            "6e340b9cffb37a989ca544e6bb780a2c78901d3fb33738768511a30617afa01d",
-            "5f083f0a1a33ca076a95279832580db3e0ef4584bdff1f54c8a360f50de3031e",
-            "bc1a0643b12e4d2d7c77918f44e0f4f79a838b6cf9ec5b5c283e1f4d88599e6b",
-        ],
-    ),
-]
-CONSISTENCY = [
-    (
-        1,
-        8,
-        [
-            "96a296d224f285c67bee93c30f8a309157f0daa35dc5b87e410b78630a09cfc7",
-            "5f083f0a1a33ca076a95279832580db3e0ef4584bdff1f54c8a360f50de3031e",
-            "6b47aaf29ee3c2af9af889bc1fb9254dabd31177f16232dd6aab035ca39bf6e4",
-        ],
-    ),
-    (
-        6,
-        8,
-        [
-            "0ebc5d3437fbe2db158b9f126a1d118e308181031d0a949f8dededebc558ef6a",
-            "ca854ea128ed050b41b35ffc1b87b8eb2bde461e9e3b5596ece6b9d5975a0ae0",
-            "d37ee418976dd95753c1c73862b9398fa2a2cf9b4ff0fdfe8b30cd95209614b7",
-        ],
-    ),
-    (
-        2,
-        5,
-        [
-            "5f083f0a1a33ca076a95279832580db3e0ef4584bdff1f54c8a360f50de3031e",
-            "bc1a0643b12e4d2d7c77918f44e0f4f79a838b6cf9ec5b5c283e1f4d88599e6b",
-        ],
-    ),
-    (
-        6,
-        7,
-        [
-            "0ebc5d3437fbe2db158b9f126a1d118e308181031d0a949f8dededebc558ef6a",
-            "b08693ec2e721597130641e8211e7eedccb4c26413963eee6c1e2ed16ffb1a5f",
-            "d37ee418976dd95753c1c73862b9398fa2a2cf9b4ff0fdfe8b30cd95209614b7",
-        ],
-    ),
-]
+INCLUSION = [(v["leaf"], v["size"], v["proof"]) for v in VECTORS["inclusion"]]
+CONSISTENCY = [(v["old"], v["new"], v["proof"]) for v in VECTORS["consistency"]]
 LEAVES = [leaf_hash(x) for x in LEAF_INPUTS]
 
 
 def in_memory(leaves: list[bytes]) -> Callable[[int, int], bytes]:
-    return lambda lo, hi: root_of_leaves(leaves[lo:hi])
+    return lambda lo, hi: merkle_root(leaves[lo:hi])
 
 
 def rfc_mth(leaves: list[bytes]) -> bytes:
@@ -138,11 +50,9 @@ def rfc_mth(leaves: list[bytes]) -> bytes:
 
 def test_roots_match_the_published_vectors() -> None:
     assert (
-        root_of_leaves([])
-        == EMPTY_ROOT
-        == H("e3b0c44298fc1c149afbf4c8996fb92427ae41e4649b934ca495991b7852b855")
+        merkle_root([]) == EMPTY_ROOT == H("e3b0c44298fc1c149afbf4c8996fb92427ae41e4649b934ca495991b7852b855")
     )
-    assert [root_of_leaves(LEAVES[:n]) for n in range(1, 9)] == ROOTS
+    assert [merkle_root(LEAVES[:n]) for n in range(1, 9)] == ROOTS
 
 
 @pytest.mark.parametrize(("leaf", "size", "proof"), INCLUSION)
@@ -235,22 +145,20 @@ def test_every_path_verifies_and_matches_the_recursive_definition(size: int, dat
     cut = data.draw(st.integers(min_value=0, max_value=size))
     frontier, _ = append_leaves(0, [], leaves[:cut], keep=lambda level: False)
     frontier, _ = append_leaves(cut, frontier, leaves[cut:], keep=lambda level: False)
-    assert fold(frontier) == root == root_of_leaves(leaves)
+    assert fold(frontier) == root == merkle_root(leaves)
     index = data.draw(st.integers(min_value=0, max_value=size - 1))
     verify_inclusion(index, size, leaves[index], inclusion_path(index, size, in_memory(leaves)), root)
     old = data.draw(st.integers(min_value=1, max_value=size))
     proof = consistency_path(old, size, in_memory(leaves))
     verify_consistency(old, size, rfc_mth(leaves[:old]), root, proof)
-    assert (
-        fold([root_of_leaves(leaves[i << lv : (i + 1) << lv]) for lv, i in perfect_ranges(0, size)]) == root
-    )
+    assert fold([merkle_root(leaves[i << lv : (i + 1) << lv]) for lv, i in perfect_ranges(0, size)]) == root
 
 
 def test_multi_inclusion_reveals_one_hash_per_untouched_subtree() -> None:
     leaves = LEAVES
     # leaves 1 and 6 of 8: siblings 0, 7, the pair (2,3) and the leaf 4/5 pair's... exactly these subtrees:
     proof = multi_inclusion([1, 6], 8, in_memory(leaves))
-    assert proof == [leaves[0], root_of_leaves(leaves[2:4]), root_of_leaves(leaves[4:6]), leaves[7]]
+    assert proof == [leaves[0], merkle_root(leaves[2:4]), merkle_root(leaves[4:6]), leaves[7]]
     assert multi_inclusion(list(range(8)), 8, in_memory(leaves)) == []
     assert multi_inclusion([], 8, in_memory(leaves)) == [ROOTS[7]]
     for bad in ([3, 3], [5, 2], [8]):

@@ -20,7 +20,8 @@ from django.utils import timezone
 from accounts.access import Principal
 from accounts.models import ApiToken, Membership, Role, Tenant
 from accounts.services import issue_api_token
-from billing.models import Invoice, InvoiceLine, Note, Outcome
+from billing.disputes import open_dispute
+from billing.models import Dispute, Invoice, InvoiceLine, Note, Outcome
 from billing.outcomes import declare_outcome
 from billing.services import finalize_invoice, generate_invoice, issue_note
 from catalog.models import ComputePackage
@@ -28,8 +29,8 @@ from common.periods import month_bounds
 from contracts.models import Contract, ContractPrice
 from entitlements.models import ApiKey
 from entitlements.services import issue_api_key
-from ledger.models import Checkpoint, Dispute
-from ledger.services import open_dispute, publish_checkpoint
+from ledger.models import Checkpoint
+from ledger.services import publish_checkpoint
 from sla.models import CreditStep, Objective, SlaPolicy, SlaReport
 from sla.services import compute_report
 from tests.factories import SigningAgent, signing_agent

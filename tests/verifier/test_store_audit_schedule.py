@@ -7,7 +7,7 @@ import pytest
 from django.conf import settings
 from django.test import Client
 
-from ledger.audit import EVENT, audit_window
+from ingest.audit import EVENT, audit_window
 from tests.ledger.support import NOV
 from tests.verifier.test_verifier_tamper import change_one_byte, ingest_world, insert_record
 from webhooks.models import WebhookDelivery, WebhookEndpoint, WebhookEvent

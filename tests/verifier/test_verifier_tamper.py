@@ -20,10 +20,11 @@ import pytest
 from django.conf import settings
 from django.test import Client
 
+from billing.exports import invoice_for
 from clickhouse_store import query
 from ledger.models import Checkpoint, LogLeaf
 from ledger.notes import CheckpointBody, sign_checkpoint
-from ledger.selectors import audit_store, invoice_for
+from ledger.selectors import audit_store
 from ledger.services import CheckpointRefused, publish_checkpoint
 from tests.factories import SigningAgent, signing_agent
 from tests.ledger.support import (

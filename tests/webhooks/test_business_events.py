@@ -14,13 +14,14 @@ from django.contrib.auth import get_user_model
 from django.test import Client
 
 from accounts.models import Tenant
+from billing.disputes import open_dispute, resolve_dispute
 from billing.models import Invoice
 from billing.services import generate_invoice
 from billing.tasks import push_invoice_task
 from common.periods import month_bounds
 from contracts.models import Contract, ContractPrice
 from ledger.models import Checkpoint
-from ledger.services import open_dispute, publish_checkpoint, resolve_dispute
+from ledger.services import publish_checkpoint
 from tests.billing.fake_stripe import FakeStripe, fake_stripe, signed
 from tests.billing.usage import at, forget_agents, send
 from tests.factories import ContractFactory, TenantFactory

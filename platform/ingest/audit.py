@@ -1,6 +1,8 @@
 """The scheduled store audit: the records in ClickHouse against the log, per contract, over a window.
 
-A record changed, deleted or inserted behind the log's back is tampering (or corruption). Beat runs
+A record changed, deleted or inserted behind the log's back is tampering (or corruption). Ingest runs it:
+it owns the outbox that is drained first (a committed batch still there is not "missing"); the
+comparison itself is the ledger's (`ledger.selectors.audit_store`). Beat runs
 `ledger.audit_store` hourly over the last `LEDGER_AUDIT_WINDOW_HOURS`; each finding is published as a
 `ledger.store_mismatch` webhook event to the platform's endpoints and the record's tenant's, once per
 (contract, window, finding kind, ids).
@@ -13,12 +15,12 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 
 from accounts.models import Tenant
-from ingest.outbox import store_pending
+from ledger.models import LogLeaf
+from ledger.selectors import audit_store
 from treemeter_records.timeutil import unix_nanos
 from webhooks.services import publish_event
 
-from .models import LogLeaf
-from .selectors import audit_store
+from .outbox import store_pending
 
 EVENT = "ledger.store_mismatch"
 

@@ -1,0 +1,213 @@
+"""The invoice export (`treemeter-invoice-export/1`, docs/ledger.md): everything an offline verifier
+needs for one invoice, from the log (leaves, signed batches, proofs), the store and the invoice."""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from dataclasses import dataclass
+from typing import Any
+
+import orjson
+
+from agents.models import Agent
+from ingest.models import SequenceGap
+from ledger.merkle import multi_inclusion
+from ledger.models import LogBatch, LogLeaf
+from ledger.selectors import LedgerLookupError, b64, checkpoint_of_size, consistency_entry
+from ledger.store import stored_lines
+from ledger.tree import StoredTree
+from treemeter_records.timeutil import unix_nanos
+
+from .models import Invoice, InvoiceLine
+from .terms import Terms
+
+EXPORT_FORMAT = "treemeter-invoice-export/1"
+
+
+def invoice_for(invoice_id: int, tenant: str | None) -> Invoice:
+    rows = Invoice.objects.select_related("contract", "tenant").prefetch_related("lines")
+    if tenant is not None:
+        rows = rows.filter(tenant__code=tenant)
+    invoice = rows.filter(pk=invoice_id).first()
+    if invoice is None:
+        raise LedgerLookupError(404, "unknown_invoice", f"No invoice {invoice_id}.")
+    return invoice
+
+
+@dataclass
+class _Entries:
+    lines: list[bytes]
+    runs: list[list[int | None]]
+    missing: list[str]
+
+    def add(self, line: bytes, index: int | None, slot: int | None, position: int | None) -> None:
+        """Append a line; consecutive log indices in consecutive lines of one batch share a run."""
+        self.lines.append(line)
+        if self.runs:
+            count, first, run_slot, run_position = self.runs[-1]
+            assert count is not None
+            if (index is None and first is None) or (
+                index is not None
+                and first is not None
+                and run_position is not None
+                and position is not None
+                and index == first + count
+                and slot == run_slot
+                and position == run_position + count
+            ):
+                self.runs[-1][0] = count + 1
+                return
+        self.runs.append([1, index, slot, position])
+
+
+def invoice_export(invoice: Invoice, previous_sizes: list[int]) -> tuple[dict[str, Any], list[bytes]]:
+    """Everything an offline verifier needs for one invoice: a manifest and the record lines.
+
+    Layout (docs/ledger.md): the manifest, then one record per line, exactly the canonical bytes the
+    log hashed; ``runs`` say where each line sits in the log and in its signed batch.
+    """
+    start_ns, end_ns = period_ns(invoice)
+    tenant, contract = invoice.tenant.code, invoice.contract.code
+    leaves = list(
+        LogLeaf.objects.filter(tenant=tenant, contract=contract, start_ns__gte=start_ns, start_ns__lt=end_ns)
+        .order_by("index")
+        .values_list("index", "record_id", "batch_id", "position", "agent_id", "seq")
+    )
+    checkpoint = checkpoint_of_size(None)
+    if leaves and leaves[-1][0] >= checkpoint.size:
+        raise LedgerLookupError(
+            409, "not_yet_checkpointed", f"The invoice's records reach past checkpoint {checkpoint.size}."
+        )
+    lines = stored_lines(tenant, contract, start_ns, end_ns)
+    batches, batch_slot, gaps = agent_batches(leaves)
+    entries = _Entries([], [], [])
+    logged_ids: set[str] = set()
+    for index, record_id, batch_id, position, _, _ in leaves:
+        key = str(record_id)
+        if key in logged_ids:
+            continue  # a record id logged twice (re-sent under another seq): the first leaf counts
+        logged_ids.add(key)
+        line = lines.get(key)
+        if line is None:  # logged but gone from the store
+            entries.missing.append(key)
+            continue
+        entries.add(line, index, batch_slot[batch_id], position)
+    for key, line in lines.items():
+        if key not in logged_ids:  # stored but never logged: the verifier must see and refuse it
+            entries.add(line, None, None, None)
+    tree = StoredTree(checkpoint.size)
+    indices = [i + k for count, i, _, _ in entries.runs if i is not None and count for k in range(count)]
+    if indices:
+        tree.prefetch_leaves(indices[0], indices[-1] + 1)
+    manifest = {
+        "format": EXPORT_FORMAT,
+        "invoice": {
+            "id": invoice.pk,
+            "tenant": tenant,
+            "contract": contract,
+            "currency": invoice.currency,
+            "period_start_ns": start_ns,
+            "period_end_ns": end_ns,
+            "record_count": invoice.record_count,
+            "total": str(invoice.total),
+            "lines": [_export_line(line) for line in invoice.lines.all()],
+        },
+        "prices": _export_prices(invoice),
+        "checkpoint": checkpoint.note,
+        "consistency": [consistency_entry(size, checkpoint.size, tree) for size in previous_sizes],
+        "lines": len(entries.lines),
+        "missing_records": entries.missing,
+        "runs": entries.runs,
+        "batches": batches,
+        "bundle": {
+            "tree_size": checkpoint.size,
+            "hashes": [b64(h) for h in multi_inclusion(indices, checkpoint.size, tree.subtree)],
+        },
+        "reported_gaps": gaps,
+    }
+    return manifest, entries.lines
+
+
+_SEGMENT_DETAILS = ("effective_from", "segment_start", "segment_end")
+
+
+def _export_line(line: InvoiceLine) -> dict[str, Any]:
+    """A line as exported; one version's line of a dimension whose price changed within the period
+    also names the version (`effective_from`) and the part of the period it covers."""
+    exported = {
+        "kind": line.kind,
+        "dimension": line.dimension,
+        "quantity": str(line.quantity),
+        "unit_price": str(line.unit_price),
+        "amount": str(line.amount),
+    }
+    if "segment_start" in line.details:
+        exported.update({key: line.details[key] for key in _SEGMENT_DETAILS})
+    return exported
+
+
+def _export_prices(invoice: Invoice) -> dict[str, Any]:
+    """Per dimension, the terms the invoice was rated with (frozen in it): the newest version in the
+    period (its quota and period bounds apply to the whole period) and, under `versions`, every
+    version that applied, oldest first, each with its `effective_from` ("": the contract start)."""
+    prices = {}
+    for dimension, versions in Terms.from_json(invoice.terms).versions().items():
+        listed = [
+            {
+                "charge_model": charge.charge_model,
+                "properties": charge.properties,
+                "included_quantity": charge.included_quantity,
+                "effective_from": charge.effective_from,
+            }
+            for charge in versions
+        ]
+        prices[dimension] = {**listed[-1], "versions": listed}
+    return prices
+
+
+def export_body(manifest: dict[str, Any], lines: list[bytes]) -> bytes:
+    """The export as one NDJSON body: the manifest line, then the record lines."""
+    return b"\n".join([orjson.dumps(manifest), *lines]) + b"\n"
+
+
+def period_ns(invoice: Invoice) -> tuple[int, int]:
+    return unix_nanos(invoice.period_start), unix_nanos(invoice.period_end)
+
+
+def agent_batches(
+    leaves: list[tuple[Any, ...]],
+) -> tuple[list[dict[str, Any]], dict[int, int], dict[str, list[list[int]]]]:
+    """Every signed batch of the serving agents between their first and last invoice record.
+
+    Returned in agent then seq order, with each batch's slot in that list and the platform's open
+    gaps per agent in the same span.
+    """
+    spans: dict[int, list[int]] = defaultdict(list)
+    for _, _, _, _, agent_pk, seq in leaves:
+        span = spans[agent_pk]
+        spans[agent_pk] = [min(span[0], seq), max(span[1], seq)] if span else [seq, seq]
+    out: list[dict[str, Any]] = []
+    slot: dict[int, int] = {}
+    gaps: dict[str, list[list[int]]] = {}
+    agents = dict(Agent.objects.filter(pk__in=spans).values_list("pk", "agent_id"))
+    for agent_pk, (low, high) in sorted(spans.items(), key=lambda item: agents[item[0]]):
+        rows = LogBatch.objects.filter(agent_id=agent_pk, first_seq__lte=high, last_seq__gte=low).order_by(
+            "first_seq", "id"
+        )
+        for row in rows:
+            slot[row.pk] = len(out)
+            out.append(
+                {
+                    "header": bytes(row.header).decode(),
+                    "signature": b64(bytes(row.signature)),
+                    "leaf_hashes": b64(bytes(row.leaf_hashes)),
+                    "seqs": row.seqs,
+                }
+            )
+        gaps[agents[agent_pk]] = [
+            [g.first_missing, g.last_missing]
+            for g in SequenceGap.objects.filter(
+                agent_id=agent_pk, closed_at=None, first_missing__lte=high, last_missing__gte=low
+            )
+        ]
+    return out, slot, gaps
