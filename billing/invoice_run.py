@@ -11,9 +11,10 @@ entity (in contract order, gapless); the ledger checkpoint is read once and the 
 statements come from one set-based ledger read per chunk.
 
 Contracts with rare features go through `generate_invoice` itself, inside the chunk's transaction:
-outcome charges, coupons, SLA service credits pending (or on the open draft), usage the run could not
-measure (or not per price segment). Late usage of earlier periods is re-measured for the chunk at
-once (`LateUsageCheck`, which generate_invoice uses for one contract).
+outcome charges, coupons, invoice credits due (SLA service credits pending or on the open draft, from
+the registered credit source: `billing.adjustments`), usage the run could not measure (or not per
+price segment). Late usage of earlier periods is re-measured for the chunk at once
+(`LateUsageCheck`, which generate_invoice uses for one contract).
 """
 
 from __future__ import annotations
@@ -26,19 +27,19 @@ from decimal import Decimal
 
 from django.apps import apps
 from django.db import transaction
-from django.db.models import Q, Sum
+from django.db.models import Sum
 
 from accounts.models import Tenant
 from common.pg_copy import copy_insert
 from contracts.dimensions import Dimension
 from contracts.models import NEVER_BILLED, Contract
-from sla.models import ServiceCredit
 
 from .errors import BillingError
 from .lateness import LateUsageCheck, LateUsageFound, late_usage_adjustments, record_late_usage
 from .models import OPEN_STATUSES, CreditEntry, Invoice, InvoiceLine, InvoiceSequence
 from .rating import PeriodUsage, RatedInvoice, rate_period
 from .selectors import latest_checkpoint
+from .service_credits import contracts_with_service_credits
 from .services import (
     announce_finalised,
     check_period,
@@ -203,13 +204,7 @@ def _split(
     """The contracts the batch path bills (with their terms), and those generate_invoice bills alone;
     a contract whose terms cannot be billed goes to `failed`."""
     drafts = [existing[c.pk].pk for c in todo if c.pk in existing]
-    credited = set(
-        ServiceCredit.objects.filter(
-            Q(status=ServiceCredit.Status.PENDING) | Q(invoice_id__in=drafts),
-            contract_id__in=[c.pk for c in todo],
-            month__lt=f"{start:%Y-%m}",
-        ).values_list("contract_id", flat=True)
-    )
+    credited = contracts_with_service_credits([c.pk for c in todo], drafts, start)
     batch, fallback = [], []
     for contract in todo:
         try:

@@ -13,10 +13,23 @@ from .models import CreditStep, SlaPolicy
 
 def policy_for(contract: Contract) -> SlaPolicy | None:
     """The contract's own policy, else its package's, else None (no SLA)."""
-    own = SlaPolicy.objects.filter(contract=contract).first()
-    if own is not None:
-        return own
-    return SlaPolicy.objects.filter(package_id=contract.package_id).first()
+    return policies_for([contract]).get(contract.pk)
+
+
+def policies_for(contracts: Iterable[Contract]) -> dict[int, SlaPolicy]:
+    """Each contract's (by pk) own policy, else its package's; contracts without an SLA are left out.
+    One query for all of them."""
+    contracts = list(contracts)
+    if not contracts:
+        return {}
+    policies = list(
+        SlaPolicy.objects.filter(contract__in=contracts)
+        | SlaPolicy.objects.filter(package_id__in={c.package_id for c in contracts})
+    )
+    own = {p.contract_id: p for p in policies if p.contract_id is not None}
+    by_package = {p.package_id: p for p in policies if p.package_id is not None}
+    found = {c.pk: own.get(c.pk) or by_package.get(c.package_id) for c in contracts}
+    return {pk: policy for pk, policy in found.items() if policy is not None}
 
 
 def ratio_percent(good: int, eligible: int) -> Fraction | None:

@@ -38,7 +38,8 @@ from clickhouse_store.schema import (
     usage_hourly_select,
 )
 from contracts.models import Contract
-from sla.models import Objective, SlaPolicy
+from sla.models import Objective
+from sla.terms import policies_for
 from treemeter_records.timeutil import assume_utc
 
 # Dashboard dimension → (rollup column, divisor, decimal places of the answer).
@@ -257,18 +258,13 @@ def latency(usage: UsageFilter) -> Answer:
 
 
 def latency_objectives(contracts: Iterable[Contract]) -> list[dict[str, Any]]:
-    """The latency objectives governing the contracts: each contract's own SLA policy, else its
-    package's (as sla.terms.policy_for), one entry per objective with the contracts it governs."""
+    """The latency objectives governing the contracts (each contract's SLA policy:
+    `sla.terms.policies_for`), one entry per objective with the contracts it governs."""
     contracts = list(contracts)
-    policies = list(
-        SlaPolicy.objects.filter(contract__in=contracts)
-        | SlaPolicy.objects.filter(package_id__in={c.package_id for c in contracts})
-    )
-    own = {p.contract_id: p for p in policies if p.contract_id is not None}
-    by_package = {p.package_id: p for p in policies if p.package_id is not None}
+    policies = policies_for(contracts)
     governed: dict[int, list[str]] = defaultdict(list)
     for contract in sorted(contracts, key=lambda c: c.code):
-        policy = own.get(contract.pk) or by_package.get(contract.package_id)
+        policy = policies.get(contract.pk)
         if policy is not None:
             governed[policy.pk].append(contract.code)
     objectives = Objective.objects.filter(policy_id__in=governed, kind=Objective.Kind.LATENCY)
