@@ -150,7 +150,7 @@ def run(records: int, contracts: int) -> None:
     from clickhouse_store import query
     from clickhouse_store.migrator import apply_migrations
     from common.periods import month_bounds
-    from contracts.dimensions import AGGREGATES
+    from pricing.dimensions import AGGREGATES
 
     console = Console()
     apply_migrations()

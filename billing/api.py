@@ -23,8 +23,8 @@ from common.filters import ListFilter, code_filter
 from common.periods import month_bounds
 from contracts.models import Contract
 from contracts.services import check_currency
+from pricing.errors import BillingError
 
-from .errors import BillingError
 from .models import Invoice, InvoiceLine, Note, Outcome
 from .outcomes import decide_outcome, declare_outcome
 from .payments import handle_webhook

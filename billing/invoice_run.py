@@ -31,10 +31,10 @@ from django.db.models import Sum
 
 from accounts.models import Tenant
 from common.pg_copy import copy_insert
-from contracts.dimensions import Dimension
 from contracts.models import NEVER_BILLED, Contract
+from pricing.dimensions import Dimension
+from pricing.errors import BillingError
 
-from .errors import BillingError
 from .lateness import LateUsageCheck, LateUsageFound, late_usage_adjustments, record_late_usage
 from .models import OPEN_STATUSES, CreditEntry, Invoice, InvoiceLine, InvoiceSequence
 from .rating import PeriodUsage, RatedInvoice, rate_period

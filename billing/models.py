@@ -6,6 +6,7 @@ from django.db import models
 
 from accounts.models import Tenant
 from contracts.models import Contract
+from pricing.line_kinds import LineKind
 from treemeter_records.limits import SLUG_MAX
 
 ZERO = Decimal(0)
@@ -81,13 +82,7 @@ MUTABLE_WHEN_FINAL = {"status", "paid_at", "voided_at"}
 
 
 class InvoiceLine(models.Model):
-    class Kind(models.TextChoices):
-        USAGE = "usage", "Usage"
-        BASE_FEE = "base_fee", "Base fee"
-        COMMITMENT = "commitment", "Minimum commitment true-up"
-        ADJUSTMENT = "adjustment", "Late usage adjustment"
-        DISCOUNT = "discount", "Discount"
-        SERVICE_CREDIT = "service_credit", "SLA service credit"
+    Kind = LineKind  # the one list of line kinds (pricing.line_kinds)
 
     invoice = models.ForeignKey(Invoice, on_delete=models.CASCADE, related_name="lines")
     kind = models.CharField(max_length=16, choices=Kind.choices, default=Kind.USAGE)

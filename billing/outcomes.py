@@ -2,7 +2,7 @@
 
 Declared in a record (its `outcome` object: type, value, ref) or through `declare_outcome`. Pending
 until the contract's window (e.g. 72 h) closes; meanwhile the customer can confirm or revoke it, and
-the contract's rule (billing.expressions, rule fields) confirms it at once when it holds. When the
+the contract's rule (pricing.expressions, rule fields) confirms it at once when it holds. When the
 window closes it is confirmed or revoked as the contract says. Confirmed outcomes are billed on the
 invoice of the period they were confirmed in; a revocation after billing issues a credit note.
 """
@@ -19,11 +19,11 @@ from django.db.models import F
 from clickhouse_store import query
 from common.money import round_money
 from contracts.models import Contract
+from pricing.errors import BillingError, InvalidRequest
+from pricing.expressions import compile_metric
 from treemeter_records.timeutil import assume_utc
 
 from . import services
-from .errors import BillingError, InvalidRequest
-from .expressions import compile_metric
 from .models import Invoice, InvoiceLine, Note, Outcome
 from .terms import Terms
 

@@ -21,10 +21,10 @@ from django.utils import timezone
 
 from accounts.models import Tenant
 from common.money import MINOR_UNITS
+from pricing.errors import BillingError, InvalidRequest
 from webhooks.events import publish_invoice_event
 
 from . import services
-from .errors import BillingError, InvalidRequest
 from .models import ZERO, Invoice, Note, StripeCustomer, StripeEvent, StripeNote, StripePayment
 
 # Worth retrying with the same idempotency key: Stripe unreachable, rate-limited or failing (5xx).

@@ -18,8 +18,8 @@ from reportlab.lib.units import mm
 from reportlab.platypus import Paragraph, SimpleDocTemplate, Spacer, Table, TableStyle
 
 from common.cjk_font import register_cjk_font
+from pricing.errors import InvalidRequest
 
-from .errors import InvalidRequest
 from .models import Invoice, InvoiceLine
 
 TEXT = {

@@ -19,9 +19,9 @@ from typing import Any
 
 from common.money import round_money
 from common.periods import next_period_bounds
-from contracts.dimensions import DIMENSION_CODES, DIMENSION_LABELS
+from pricing.charge_models import ChargeModel, Percentage, Volume
+from pricing.dimensions import DIMENSION_CODES, DIMENSION_LABELS
 
-from .charge_models import ChargeModel, Percentage, Volume
 from .terms import ChargeTerms, Terms
 
 ZERO = Decimal(0)

@@ -19,11 +19,11 @@ from django.apps import apps
 from django.db.models import QuerySet, Sum
 
 from clickhouse_store import query
-from contracts.dimensions import AGGREGATES, quantity_from_aggregate
+from pricing.dimensions import AGGREGATES, quantity_from_aggregate
+from pricing.expressions import compile_metric
 from treemeter_records.timeutil import unix_nanos
 
 from .exclusions import DISPUTED, PAUSED, RatingExclusions, rating_exclusions
-from .expressions import compile_metric
 from .models import CreditEntry, Invoice, Note, Outcome
 from .rating import PeriodUsage, SegmentUsage
 

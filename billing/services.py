@@ -20,13 +20,13 @@ from django.db import IntegrityError, transaction
 from django.utils import timezone
 
 from common.money import round_money
-from contracts.dimensions import Dimension
 from contracts.models import NEVER_BILLED, Contract
 from ingest.outbox import store_pending
+from pricing.dimensions import Dimension
+from pricing.errors import BillingError, TermsError
 from webhooks.events import publish_invoice_event, publish_invoice_events
 
 from . import outcomes
-from .errors import BillingError, TermsError
 from .lateness import late_usage_adjustments, record_late_usage
 from .models import (
     OPEN_STATUSES,

@@ -15,8 +15,8 @@ from django.utils import timezone
 from common.periods import month_bounds
 from contracts.models import Contract, ContractPrice
 from ingest.outbox import store_pending
+from pricing.errors import TermsError
 
-from .errors import TermsError
 from .invoice_run import invoice_contracts
 from .models import Invoice, Note, StripeNote, StripePayment
 from .payments import TRANSIENT, PushInFlight, push_invoice, push_note

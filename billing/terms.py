@@ -14,12 +14,12 @@ from decimal import Decimal
 from typing import Any
 
 from common.money import MINOR_UNITS
-from contracts.dimensions import DIMENSION_CODES, DIMENSION_LABELS
 from contracts.models import Contract, ContractPrice
-
-from .charge_models import ChargeModel, build_charge_model
-from .errors import TermsError
-from .expressions import compile_metric
+from pricing.charge_models import ChargeModel, build_charge_model
+from pricing.dimensions import DIMENSION_CODES, DIMENSION_LABELS
+from pricing.errors import TermsError
+from pricing.expressions import compile_metric
+from pricing.validation import validate_charge
 
 
 @dataclass(frozen=True)
@@ -118,19 +118,6 @@ _BEGINNING = datetime.min.replace(tzinfo=UTC)
 
 def _decimal_text(value: Decimal) -> str:
     return format(value.normalize(), "f")
-
-
-def validate_charge(
-    dimension: str, charge_model: str, properties: dict[str, Any], metric_codes: set[str]
-) -> ChargeModel:
-    """TermsError unless the dimension is known and the charge model's properties are valid."""
-    if dimension not in DIMENSION_LABELS and dimension not in metric_codes:
-        raise TermsError(
-            "unknown_dimension",
-            f"Unknown dimension {dimension!r}: use one of {', '.join(DIMENSION_CODES)} or a metric code.",
-            {"dimension": dimension},
-        )
-    return build_charge_model(charge_model, properties)
 
 
 def _in_period(

@@ -1,6 +1,6 @@
 from django.urls import path
 
-from contracts.api import ChargeView, ContractDetailView, ContractListView, MetricView, TermsView
+from contracts.api import ChargeView, MetricView, TermsView
 
 from .api import (
     CreditGrantView,
@@ -12,6 +12,8 @@ from .api import (
     OutcomeDeclareView,
     stripe_webhook,
 )
+from .contracts_api import ContractDetailView, ContractListView
+from .purchases_api import PurchaseView
 
 urlpatterns = [
     path("contracts", ContractListView.as_view(), name="contract-list"),
@@ -25,6 +27,7 @@ urlpatterns = [
     path("credit-notes", CreditNoteListView.as_view(), name="credit-note-list"),
     path("credit-notes/<int:pk>", CreditNoteDetailView.as_view(), name="credit-note-detail"),
     path("stripe/webhook", stripe_webhook, name="stripe-webhook"),
+    path("purchases", PurchaseView.as_view(), name="purchase"),
     path("outcomes", OutcomeDeclareView.as_view(), name="outcome-declare"),
     path(
         "outcomes/<int:pk>/confirm", OutcomeDecisionView.as_view(decision="confirm"), name="outcome-confirm"

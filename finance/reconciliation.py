@@ -25,7 +25,7 @@ from typing import Any, cast
 
 from billing.models import BillingExclusion, Invoice, InvoiceLine, LateUsage
 from clickhouse_store import query
-from contracts.dimensions import AGGREGATES, quantity_from_aggregate
+from pricing.dimensions import AGGREGATES, quantity_from_aggregate
 from sla.models import Exclusion
 from treemeter_records.timeutil import unix_nanos
 

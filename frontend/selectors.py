@@ -5,7 +5,7 @@ An object of another tenant is simply not in these querysets, so a view that loo
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import datetime
 from decimal import Decimal
 from typing import TypeVar
@@ -15,6 +15,8 @@ from django.utils import timezone
 
 from accounts.access import Principal
 from billing.models import Dispute, Invoice, Note
+from billing.quotas import Quota
+from billing.quotas import quotas as contract_quotas
 from billing.selectors import period_usage
 from common.periods import month_bounds, month_of
 from contracts.models import Contract, prices_in_effect
@@ -75,20 +77,6 @@ def deliveries(principal: Principal) -> QuerySet[WebhookDelivery]:
     return _scoped(rows, principal, "endpoint__tenant")
 
 
-@dataclass(frozen=True)
-class Quota:
-    """One priced dimension's free quantity this period, what was used, and what is left."""
-
-    dimension: str
-    included: Decimal
-    used: Decimal
-    left: Decimal
-
-    @property
-    def used_percent(self) -> int:
-        return 100 if self.included == 0 else min(100, int(self.used * 100 / self.included))
-
-
 def current_period(now: datetime | None = None) -> tuple[datetime, datetime]:
     return month_bounds(month_of(now or timezone.now()))
 
@@ -96,25 +84,17 @@ def current_period(now: datetime | None = None) -> tuple[datetime, datetime]:
 def quotas(contract: Contract, start: datetime, end: datetime, now: datetime | None = None) -> list[Quota]:
     """The contract's quotas (`ContractPrice.included_quantity` > 0 of the price version in effect
     `now`) against its usage in [start, end), measured by the same ClickHouse query that rates
-    invoices."""
-    in_effect = prices_in_effect(contract.prices.all(), now or timezone.now())
-    prices = [p for p in in_effect if p.included_quantity > 0]
-    if not prices:
+    invoices (billing.quotas computes them; a dimension not measured from records shows 0 used)."""
+    now = now or timezone.now()
+    if not any(p.included_quantity > 0 for p in prices_in_effect(contract.prices.all(), now)):
         return []
     metrics = {m.code: m.expression for m in contract.metrics.all()}
     usage = period_usage(contract.tenant.code, contract.code, start, end, metrics)
-    rows = []
-    for price in prices:
-        used = usage.quantities.get(price.dimension, Decimal(0))
-        rows.append(
-            Quota(
-                price.dimension,
-                price.included_quantity,
-                used,
-                max(price.included_quantity - used, Decimal(0)),
-            )
-        )
-    return rows
+    return [
+        quota if quota.used is not None else replace(quota, used=Decimal(0), left=quota.included)
+        for quota in contract_quotas(contract, usage, now)
+        if quota.included > 0
+    ]
 
 
 @dataclass(frozen=True)

@@ -1,4 +1,4 @@
-"""The package catalogue and buying a plan of a package (catalog.services.purchase_package)."""
+"""The package catalogue and buying a plan of a package (billing.purchases.purchase_package)."""
 
 from __future__ import annotations
 
@@ -8,8 +8,8 @@ from django.shortcuts import redirect
 from django.utils.translation import gettext as _
 
 from accounts.access import WRITE_BILLING, Principal
+from billing.purchases import purchase_package
 from catalog.selectors import active_packages
-from catalog.services import purchase_package
 from common.errors import ApiError
 
 from ..access import WRITE, portal_view

@@ -6,6 +6,8 @@ from django.db import models
 
 from accounts.validators import validate_slug_code
 from common.money import CURRENCY_CHOICES, DEFAULT_CURRENCY, MINOR_UNITS, round_money, validate_currency
+from pricing.errors import TermsError
+from pricing.validation import validate_charge
 
 
 class ComputePackage(models.Model):
@@ -57,7 +59,7 @@ class HostCostProfile(models.Model):
 class PackagePlan(models.Model):
     """A purchasable plan of a package: currency, period, base fee, and its price templates per dimension.
 
-    Buying it (catalog.services.purchase_package) copies these terms into a new Contract. `payment`
+    Buying it (billing.purchases.purchase_package) copies these terms into a new Contract. `payment`
     picks how: Stripe Checkout (the contract waits in `pending_payment` until the session is paid;
     the session charges the first period's base fee as prepaid credits) or an invoice (active at once).
     """
@@ -100,7 +102,7 @@ class PlanPrice(models.Model):
     """A price template: copied into a ContractPrice of every contract bought on the plan."""
 
     plan = models.ForeignKey(PackagePlan, on_delete=models.CASCADE, related_name="prices")
-    dimension = models.CharField(max_length=32, help_text="A Dimension value (contracts.dimensions).")
+    dimension = models.CharField(max_length=32, help_text="A Dimension value (pricing.dimensions).")
     charge_model = models.CharField(max_length=16, default="per_unit")
     unit_price = models.DecimalField(
         max_digits=20, decimal_places=8, default=Decimal(0), validators=[MinValueValidator(0)]
@@ -124,10 +126,7 @@ class PlanPrice(models.Model):
         return f"{self.plan} {self.dimension} {self.charge_model}"
 
     def clean(self) -> None:
-        """The admin's forms get the charge checks contracts apply (billing.terms)."""
-        from billing.errors import TermsError  # billing depends on catalog, not the other way round
-        from billing.terms import validate_charge
-
+        """The admin's forms get the charge checks contract prices get (pricing.validation)."""
         properties = dict(self.properties or {})
         if self.charge_model == "per_unit":
             properties.setdefault("unit_price", str(self.unit_price))

@@ -1,9 +1,8 @@
 from django.urls import path
 
-from .api import PackageDetailView, PackageListView, PurchaseView
+from .api import PackageDetailView, PackageListView
 
 urlpatterns = [
     path("packages", PackageListView.as_view(), name="package-list"),
     path("packages/<str:code>", PackageDetailView.as_view(), name="package-detail"),
-    path("purchases", PurchaseView.as_view(), name="purchase"),
 ]

@@ -12,6 +12,11 @@ from accounts.models import Tenant
 from accounts.validators import validate_slug_code
 from catalog.models import ComputePackage, PackagePlan
 from common.money import CURRENCY_CHOICES, DEFAULT_CURRENCY, validate_currency
+from pricing.charge_models import CHARGE_MODEL_CHOICES, PER_UNIT
+from pricing.errors import BillingError
+from pricing.validation import validate_charge
+
+from .versions import check_price_version
 
 ZERO = Decimal(0)
 
@@ -136,7 +141,7 @@ class Contract(models.Model):
 
 
 class ContractMetric(models.Model):
-    """A custom metric: an expression over record fields (billing.expressions), priced like a dimension."""
+    """A custom metric: an expression over record fields (pricing.expressions), priced like a dimension."""
 
     contract = models.ForeignKey(Contract, on_delete=models.CASCADE, related_name="metrics")
     code = models.CharField(max_length=32, validators=[validate_slug_code])
@@ -157,25 +162,18 @@ NEVER_BILLED = (Contract.Status.PENDING_PAYMENT, Contract.Status.CANCELLED)
 class ContractPrice(models.Model):
     """The charge for one metered dimension (or custom metric code), in the contract's currency.
 
-    `charge_model` picks billing.charge_models; `per_unit` uses `unit_price`, the others `properties`
-    (tiers, package size, rate, minimum/maximum). `included_quantity` is free each period (the quota);
-    what exceeds it is the overage that the charge model prices.
+    `charge_model` is a kind of pricing.charge_models.CHARGE_MODELS; `per_unit` uses `unit_price`, the
+    others `properties` (tiers, package size, rate, minimum/maximum). `included_quantity` is free each
+    period (the quota); what exceeds it is the overage that the charge model prices.
 
     A dimension may have several versions: each applies from its `effective_from` (empty: the contract
     start) until the next version's; rating splits a period at the change (docs/billing.md, "Price
     changes within a contract").
     """
 
-    class ChargeModel(models.TextChoices):
-        PER_UNIT = "per_unit", "Per unit"
-        GRADUATED = "graduated", "Graduated tiers"
-        VOLUME = "volume", "Volume tiers"
-        PACKAGE = "package", "Package (per block of N)"
-        PERCENTAGE = "percentage", "Percentage of value"
-
     contract = models.ForeignKey(Contract, on_delete=models.CASCADE, related_name="prices")
     dimension = models.CharField(max_length=32, help_text="A Dimension value or a ContractMetric code.")
-    charge_model = models.CharField(max_length=16, choices=ChargeModel.choices, default=ChargeModel.PER_UNIT)
+    charge_model = models.CharField(max_length=16, choices=CHARGE_MODEL_CHOICES, default=PER_UNIT)
     unit_price = models.DecimalField(max_digits=20, decimal_places=8, default=ZERO)
     properties = models.JSONField(default=dict, blank=True)
     included_quantity = models.DecimalField(max_digits=24, decimal_places=6, default=ZERO)
@@ -207,14 +205,10 @@ class ContractPrice(models.Model):
         return f"{self.contract.code} {self.dimension} {self.charge_model}{since}"
 
     def clean(self) -> None:
-        """The admin's forms get the same checks as the API (contracts.services.set_charge)."""
-        from billing.errors import BillingError  # billing depends on contracts, not the other way round
-        from billing.terms import validate_charge
-
-        from .services import check_price_version
-
+        """The admin's forms get the same checks as the API (contracts.services.set_charge), the
+        invoiced-period guard billing adds (contracts.versions.add_price_version_guard) included."""
         properties = dict(self.properties or {})
-        if self.charge_model == self.ChargeModel.PER_UNIT:
+        if self.charge_model == PER_UNIT:
             properties.setdefault("unit_price", str(self.unit_price))
         codes = set(self.contract.metrics.values_list("code", flat=True)) if self.contract_id else set()
         try:

@@ -1,5 +1,6 @@
-"""Writes for contract terms (validation errors are billing.errors.TermsError: HTTP 400, stable codes),
-and the quota watch that publishes `quota.exhausted`."""
+"""Writes for contract terms (validation errors are pricing.errors.TermsError: HTTP 400, stable codes).
+A new price version's instant is checked by contracts.versions, billing's invoiced-period guard included;
+the quota watch that publishes `quota.exhausted` measures usage, so it lives in billing.quotas."""
 
 from __future__ import annotations
 
@@ -8,18 +9,15 @@ from decimal import Decimal, InvalidOperation
 from typing import Any
 
 from django.db import transaction
-from django.utils import timezone
 
-from billing.errors import BillingError, TermsError
-from billing.expressions import compile_metric
-from billing.models import OPEN_STATUSES, Invoice
-from billing.terms import validate_charge
-from common.periods import month_bounds, month_of
-from webhooks.events import publish_quota_exhausted
+from pricing.dimensions import Dimension
+from pricing.errors import BillingError, TermsError
+from pricing.expressions import compile_metric
+from pricing.line_kinds import CREDITABLE_KINDS
+from pricing.validation import validate_charge
 
-from .dimensions import Dimension
-from .models import Contract, ContractMetric, ContractPrice, prices_in_effect
-from .selectors import current_usage
+from .models import Contract, ContractMetric, ContractPrice
+from .versions import check_price_version
 
 
 def check_currency(contract: Contract, currency: str | None) -> None:
@@ -103,46 +101,6 @@ def set_charge(
     return price
 
 
-def check_price_version(contract: Contract, dimension: str, effective_from: datetime) -> datetime | None:
-    """The instant a new price version of `dimension` may start at, or an error: not before the
-    contract start (the start itself is the initial version's instant: None), not inside a period
-    already invoiced for good, and for outcomes (billed per period, not per record time) only at a
-    period start. Two versions at one instant are refused by the caller and the unique constraints."""
-    if timezone.is_naive(effective_from):
-        raise TermsError("naive_datetime", "'effective_from' needs a time zone (UTC).", {})
-    details = {"dimension": dimension, "effective_from": effective_from.isoformat()}
-    if effective_from < contract.starts_at:
-        raise TermsError(
-            "effective_before_contract_start",
-            f"A price cannot apply before the contract starts ({contract.starts_at.isoformat()}).",
-            details,
-        )
-    instant = None if effective_from == contract.starts_at else effective_from
-    if instant is not None and dimension == Dimension.OUTCOMES and instant != _period_start(instant):
-        raise TermsError(
-            "outcome_price_mid_period",
-            "Outcomes are billed per period: their price can change at a period start (UTC month) only.",
-            details,
-        )
-    finalised = (
-        Invoice.objects.filter(contract=contract, period_end__gt=effective_from)
-        .exclude(status__in=OPEN_STATUSES)
-        .order_by("-period_end")
-        .first()
-    )
-    if finalised is not None:
-        raise BillingError(
-            "period_finalised",
-            f"Invoice {finalised.number} already bills the period up to {finalised.period_end.isoformat()}.",
-            {**details, "finalised_until": finalised.period_end.isoformat()},
-        )
-    return instant
-
-
-def _period_start(moment: datetime) -> datetime:
-    return month_bounds(month_of(moment))[0]
-
-
 def set_metric(contract: Contract, code: str, name: str, expression: str) -> ContractMetric:
     """Create or replace a custom metric; the expression must compile (TermsError names the position)."""
     if code in Dimension.values:
@@ -169,7 +127,6 @@ TERM_FIELDS = {
     "credit_order": "kinds",
     "outcome_rule": "rule",
 }
-LINE_KINDS = ("usage", "base_fee", "commitment", "adjustment", "discount")
 
 
 def update_terms(contract: Contract, changes: dict[str, Any], currency: str | None = None) -> Contract:
@@ -217,9 +174,11 @@ def _term_value(name: str, kind: Any, value: Any) -> Any:
             )
         return value
     if kind == "kinds":
-        if not isinstance(value, list) or any(k not in LINE_KINDS for k in value):
+        if not isinstance(value, list) or any(k not in CREDITABLE_KINDS for k in value):
             raise TermsError(
-                "invalid_term", f"'credit_order' lists line kinds: {', '.join(LINE_KINDS)}.", {"term": name}
+                "invalid_term",
+                f"'credit_order' lists line kinds: {', '.join(CREDITABLE_KINDS)}.",
+                {"term": name},
             )
         return value
     if kind == "rule":
@@ -231,27 +190,3 @@ def _term_value(name: str, kind: Any, value: Any) -> Any:
             "invalid_term", f"{name!r} is one of {', '.join(kind)}, not {value!r}.", {"term": name}
         )
     return value
-
-
-def publish_exhausted_quotas(now: datetime | None = None) -> int:
-    """Publish `quota.exhausted` for every served contract and dimension whose usage this month has
-    reached its included quantity; once per contract, dimension and month (the event id). Returns how
-    many dimensions are exhausted. Run every few minutes by the `contracts.publish_exhausted_quotas` task."""
-    now = now or timezone.now()
-    contracts = list(
-        Contract.objects.filter(status=Contract.Status.ACTIVE, prices__included_quantity__gt=0)
-        .distinct()
-        .select_related("tenant")
-        .prefetch_related("prices", "metrics")
-    )
-    usage = current_usage(contracts, now)
-    month = month_of(now)
-    exhausted = 0
-    for contract in contracts:
-        quantities = usage[contract.code].quantities
-        for price in prices_in_effect(contract.prices.all(), now):
-            used = quantities.get(price.dimension)
-            if price.included_quantity > 0 and used is not None and used >= price.included_quantity:
-                publish_quota_exhausted(contract, price.dimension, price.included_quantity, used, month)
-                exhausted += 1
-    return exhausted

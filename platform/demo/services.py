@@ -14,9 +14,9 @@ from django.contrib.auth import get_user_model
 from accounts.models import Tenant
 from agents.services import register_agent
 from catalog.models import ComputePackage
-from contracts.dimensions import Dimension
 from contracts.models import Contract, ContractPrice
 from entitlements.services import issue_api_key
+from pricing.dimensions import Dimension
 from treemeter_records import private_key_from_seed, public_key_to_b64
 
 AGENT_ID = "agent-demo-1"

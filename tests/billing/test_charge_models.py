@@ -9,8 +9,8 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from billing.charge_models import build_charge_model
-from billing.errors import TermsError
+from pricing.charge_models import build_charge_model
+from pricing.errors import TermsError
 
 D = Decimal
 TIERS = [

@@ -5,9 +5,9 @@ from __future__ import annotations
 
 import pytest
 
-from billing.errors import TermsError
-from billing.expressions import compile_metric
 from clickhouse_store import query
+from pricing.errors import TermsError
+from pricing.expressions import compile_metric
 from tests.billing.usage import at, send
 from tests.factories import ContractFactory
 

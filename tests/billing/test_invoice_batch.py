@@ -16,7 +16,6 @@ from django.test.utils import CaptureQueriesContext
 
 from agents.models import Agent
 from billing import invoice_run
-from billing.errors import BillingError
 from billing.models import CreditEntry, Invoice, LateUsage
 from billing.services import add_coupon, generate_invoice, grant_credits
 from billing.tasks import run_invoices
@@ -24,6 +23,7 @@ from clickhouse_store import query
 from common.periods import month_bounds
 from contracts.models import Contract, ContractMetric, ContractPrice
 from ingest.models import SequenceGap
+from pricing.errors import BillingError
 from tests.billing.concurrency import at_once
 from tests.billing.usage import at, send
 from tests.factories import ContractFactory

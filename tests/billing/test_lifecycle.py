@@ -10,13 +10,13 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from billing.errors import BillingError
 from billing.models import CreditEntry, Invoice
 from billing.selectors import credit_balance
 from billing.services import finalize_invoice, generate_invoice, grant_credits, mark_paid, void_invoice
 from billing.tasks import run_invoices, run_invoices_task
 from common.periods import month_bounds
 from contracts.models import Contract, ContractMetric, ContractPrice
+from pricing.errors import BillingError
 from tests.billing.concurrency import at_once
 from tests.billing.usage import at, send
 from tests.factories import ContractFactory

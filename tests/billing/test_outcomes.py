@@ -9,12 +9,12 @@ from typing import Any
 
 import pytest
 
-from billing.errors import BillingError
 from billing.models import Outcome
 from billing.outcomes import decide_outcome, declare_outcome
 from billing.services import generate_invoice
 from common.periods import month_bounds
 from contracts.models import Contract, ContractPrice
+from pricing.errors import BillingError
 from tests.billing.usage import at, send
 from tests.factories import ContractFactory
 

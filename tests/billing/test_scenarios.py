@@ -9,12 +9,12 @@ from typing import Any
 
 import pytest
 
-from billing.errors import BillingError
 from billing.models import CreditEntry, Invoice, LateUsage
 from billing.selectors import credit_balance
 from billing.services import add_coupon, generate_invoice, grant_credits, issue_note
 from common.periods import month_bounds
 from contracts.models import Contract, ContractMetric, ContractPrice
+from pricing.errors import BillingError
 from tests.billing.usage import at, send
 from tests.factories import ContractFactory
 

@@ -13,12 +13,12 @@ import stripe
 from celery.exceptions import Retry
 from django.test import Client
 
-from billing.errors import BillingError
 from billing.models import Invoice, Note, StripeNote, StripePayment
 from billing.services import generate_invoice, grant_credits, issue_note
 from billing.tasks import push_invoice_task, push_note_task
 from common.periods import month_bounds
 from contracts.models import ContractPrice
+from pricing.errors import BillingError
 from tests.billing.fake_stripe import FakeStripe
 from tests.billing.test_stripe import final_invoice, post_event
 from tests.factories import ContractFactory

@@ -10,9 +10,9 @@ from typing import Any
 import pytest
 from django.utils import timezone
 
+from billing.quotas import publish_exhausted_quotas
 from common.periods import month_bounds, month_of
 from contracts.models import Contract, ContractPrice
-from contracts.services import publish_exhausted_quotas
 from tests.billing.usage import forget_agents, send
 from tests.factories import ContractFactory, TenantFactory
 from webhooks.models import WebhookDelivery, WebhookEndpoint, WebhookEvent

@@ -1,4 +1,4 @@
-"""Buying a plan from the catalogue (catalog.services.purchase_package), and replaying a webhook
+"""Buying a plan from the catalogue (billing.purchases.purchase_package), and replaying a webhook
 delivery to a real receiver (webhooks.services.replay_delivery)."""
 
 from __future__ import annotations

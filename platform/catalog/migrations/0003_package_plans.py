@@ -94,7 +94,7 @@ class Migration(migrations.Migration):
                 ),
                 (
                     "dimension",
-                    models.CharField(help_text="A Dimension value (contracts.dimensions).", max_length=32),
+                    models.CharField(help_text="A Dimension value (pricing.dimensions).", max_length=32),
                 ),
                 ("charge_model", models.CharField(default="per_unit", max_length=16)),
                 (

@@ -2,7 +2,10 @@
 
 Each model takes the period's billable quantity (after any included quota) and, for `percentage`, the
 period's summed value field, and returns the unrounded amount; rounding happens once per invoice line.
-`build_charge_model(kind, properties)` validates the stored properties and picks the class.
+`CHARGE_MODELS` is the one registry of kinds: each class names its `kind` and `label` and reads its
+own properties (`from_properties`); `build_charge_model(kind, properties)` validates the stored
+properties and picks the class, and an unknown kind raises `unknown_charge_model`. The contract price's
+choices (`CHARGE_MODEL_CHOICES`) are read from the same registry.
 """
 
 from __future__ import annotations
@@ -34,12 +37,21 @@ class Charge:
     bound_applied: str = ""
 
 
+Bounds = dict[str, Decimal | None]
+
+
 class ChargeModel(ABC):
     kind: str
+    label: str
 
     def __init__(self, minimum: Decimal | None = None, maximum: Decimal | None = None) -> None:
         self.minimum = minimum
         self.maximum = maximum
+
+    @classmethod
+    @abstractmethod
+    def from_properties(cls, properties: Mapping[str, Any], bounds: Bounds) -> ChargeModel:
+        """The model for stored properties, or TermsError naming what is wrong."""
 
     @abstractmethod
     def raw_amount(self, quantity: Decimal, value: Decimal) -> Decimal: ...
@@ -56,10 +68,15 @@ class ChargeModel(ABC):
 
 class PerUnit(ChargeModel):
     kind = "per_unit"
+    label = "Per unit"
 
     def __init__(self, unit_price: Decimal, **bounds: Decimal | None) -> None:
         super().__init__(**bounds)
         self.unit_price = unit_price
+
+    @classmethod
+    def from_properties(cls, properties: Mapping[str, Any], bounds: Bounds) -> ChargeModel:
+        return cls(_decimal(properties, "unit_price") or ZERO, **bounds)
 
     def raw_amount(self, quantity: Decimal, value: Decimal) -> Decimal:
         return quantity * self.unit_price
@@ -69,10 +86,15 @@ class Graduated(ChargeModel):
     """Each tier prices the units that fall inside it (like income tax brackets)."""
 
     kind = "graduated"
+    label = "Graduated tiers"
 
     def __init__(self, tiers: Sequence[Tier], **bounds: Decimal | None) -> None:
         super().__init__(**bounds)
         self.tiers = tuple(tiers)
+
+    @classmethod
+    def from_properties(cls, properties: Mapping[str, Any], bounds: Bounds) -> ChargeModel:
+        return cls(_tiers(properties), **bounds)
 
     def raw_amount(self, quantity: Decimal, value: Decimal) -> Decimal:
         amount, lower = ZERO, ZERO
@@ -91,10 +113,15 @@ class Volume(ChargeModel):
     """The tier the whole quantity falls into prices every unit."""
 
     kind = "volume"
+    label = "Volume tiers"
 
     def __init__(self, tiers: Sequence[Tier], **bounds: Decimal | None) -> None:
         super().__init__(**bounds)
         self.tiers = tuple(tiers)
+
+    @classmethod
+    def from_properties(cls, properties: Mapping[str, Any], bounds: Bounds) -> ChargeModel:
+        return cls(_tiers(properties), **bounds)
 
     def raw_amount(self, quantity: Decimal, value: Decimal) -> Decimal:
         if quantity <= 0:
@@ -109,6 +136,7 @@ class Package(ChargeModel):
     """`package_price` per started block of `package_size` units; the first `free_units` are free."""
 
     kind = "package"
+    label = "Package (per block of N)"
 
     def __init__(
         self,
@@ -122,6 +150,20 @@ class Package(ChargeModel):
         self.package_price = package_price
         self.free_units = free_units
 
+    @classmethod
+    def from_properties(cls, properties: Mapping[str, Any], bounds: Bounds) -> ChargeModel:
+        size = _decimal(properties, "package_size") or ZERO
+        if size <= 0:
+            raise TermsError(
+                "invalid_package_size", "'package_size' must be positive.", {"property": "package_size"}
+            )
+        return cls(
+            size,
+            _decimal(properties, "package_price") or ZERO,
+            _decimal(properties, "free_units", required=False) or ZERO,
+            **bounds,
+        )
+
     def raw_amount(self, quantity: Decimal, value: Decimal) -> Decimal:
         paid = max(quantity - self.free_units, ZERO)
         blocks = (paid / self.package_size).to_integral_value(rounding=ROUND_CEILING)
@@ -132,17 +174,31 @@ class Percentage(ChargeModel):
     """`rate` (0.15 = 15 %) of the period's summed value field, plus `fixed_fee` per unit."""
 
     kind = "percentage"
+    label = "Percentage of value"
 
     def __init__(self, rate: Decimal, fixed_fee: Decimal = ZERO, **bounds: Decimal | None) -> None:
         super().__init__(**bounds)
         self.rate = rate
         self.fixed_fee = fixed_fee
 
+    @classmethod
+    def from_properties(cls, properties: Mapping[str, Any], bounds: Bounds) -> ChargeModel:
+        rate = _decimal(properties, "rate") or ZERO
+        if rate > 1:
+            raise TermsError("invalid_rate", f"'rate' is a fraction of 1 (0.15 = 15 %), not {rate}.", {})
+        return cls(rate, _decimal(properties, "fixed_fee", required=False) or ZERO, **bounds)
+
     def raw_amount(self, quantity: Decimal, value: Decimal) -> Decimal:
         return value * self.rate + quantity * self.fixed_fee
 
 
-KINDS = ("per_unit", "graduated", "volume", "package", "percentage")
+# The one registry of charge-model kinds, in the order the admin and the docs list them.
+CHARGE_MODELS: dict[str, type[ChargeModel]] = {
+    model.kind: model for model in (PerUnit, Graduated, Volume, Package, Percentage)
+}
+KINDS: tuple[str, ...] = tuple(CHARGE_MODELS)
+CHARGE_MODEL_CHOICES: list[tuple[str, str]] = [(kind, model.label) for kind, model in CHARGE_MODELS.items()]
+PER_UNIT = PerUnit.kind
 
 
 def _decimal(properties: Mapping[str, Any], key: str, *, required: bool = True) -> Decimal | None:
@@ -200,7 +256,7 @@ def _tiers(properties: Mapping[str, Any]) -> list[Tier]:
 
 def build_charge_model(kind: str, properties: Mapping[str, Any]) -> ChargeModel:
     """The charge model for stored terms, or TermsError naming what is wrong."""
-    bounds = {
+    bounds: Bounds = {
         "minimum": _decimal(properties, "minimum", required=False),
         "maximum": _decimal(properties, "maximum", required=False),
     }
@@ -210,31 +266,11 @@ def build_charge_model(kind: str, properties: Mapping[str, Any]) -> ChargeModel:
         and bounds["minimum"] > bounds["maximum"]
     ):
         raise TermsError("invalid_bounds", "The period minimum exceeds the maximum.", {})
-    if kind == "per_unit":
-        return PerUnit(_decimal(properties, "unit_price") or ZERO, **bounds)
-    if kind == "graduated":
-        return Graduated(_tiers(properties), **bounds)
-    if kind == "volume":
-        return Volume(_tiers(properties), **bounds)
-    if kind == "package":
-        size = _decimal(properties, "package_size") or ZERO
-        if size <= 0:
-            raise TermsError(
-                "invalid_package_size", "'package_size' must be positive.", {"property": "package_size"}
-            )
-        return Package(
-            size,
-            _decimal(properties, "package_price") or ZERO,
-            _decimal(properties, "free_units", required=False) or ZERO,
-            **bounds,
+    model = CHARGE_MODELS.get(kind)
+    if model is None:
+        raise TermsError(
+            "unknown_charge_model",
+            f"Unknown charge model {kind!r}; use one of {', '.join(KINDS)}.",
+            {"kind": kind},
         )
-    if kind == "percentage":
-        rate = _decimal(properties, "rate") or ZERO
-        if rate > 1:
-            raise TermsError("invalid_rate", f"'rate' is a fraction of 1 (0.15 = 15 %), not {rate}.", {})
-        return Percentage(rate, _decimal(properties, "fixed_fee", required=False) or ZERO, **bounds)
-    raise TermsError(
-        "unknown_charge_model",
-        f"Unknown charge model {kind!r}; use one of {', '.join(KINDS)}.",
-        {"kind": kind},
-    )
+    return model.from_properties(properties, bounds)

@@ -1,4 +1,5 @@
-"""Writes for the catalogue: buying a package plan makes the tenant's contract."""
+"""Buying a package plan: the tenant's new contract on the plan's terms, paid through Stripe Checkout
+(billing.checkout) or invoiced. The catalogue itself (packages, plans, their reads) is catalog."""
 
 from __future__ import annotations
 
@@ -10,14 +11,14 @@ from django.db import transaction
 from django.utils import timezone
 
 from accounts.access import Principal
-from billing.checkout import start_checkout
+from catalog.models import PackagePlan
+from catalog.selectors import purchasable_plan
 from common.errors import ApiError
 from common.money import round_money
 from contracts.models import Contract
 from contracts.services import set_charge
 
-from .models import PackagePlan
-from .selectors import purchasable_plan
+from .checkout import start_checkout
 
 # A start this far in the past still counts as "now" (clock skew between the caller and us).
 START_SKEW = timedelta(minutes=5)
