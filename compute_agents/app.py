@@ -9,7 +9,9 @@ from fastapi.concurrency import run_in_threadpool
 from fastapi.responses import JSONResponse, Response, StreamingResponse
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
-from .service import AgentService, ApiError, Trip, new_client_request_id
+from .metering import Trip
+from .service import AgentService
+from .wire import ApiError, new_client_request_id
 
 
 def create_app(service: AgentService) -> FastAPI:

@@ -1,0 +1,139 @@
+"""Metering: one request's record built from what was measured (hops and their latencies, experts,
+cache counts, tokens), committed to the spool with its quota charge, and counted in the metrics."""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+from typing import Any
+
+from treemeter_records import make_record
+
+from .engine import Engine, Generation, expert_counts
+from .entitlements import Entitlement, EntitlementStore, Reservation
+from .metrics import AgentMetrics
+from .spool import QuotaCharge, Spool, SpoolFull
+from .wire import ApiError
+
+
+@dataclass
+class Trip:
+    """Timings and identity of one request, for its record."""
+
+    route: str
+    client_request_id: str
+    start_ns: int = field(default_factory=time.time_ns)
+    mark: int = field(default_factory=time.perf_counter_ns)
+    l1_in_us: int = 0
+
+    def admitted(self) -> None:
+        """L1 on the way in ends here (auth, rules, quota)."""
+        self.l1_in_us = (time.perf_counter_ns() - self.mark) // 1000
+
+
+@dataclass(frozen=True)
+class AgentIdentity:
+    agent_id: str
+    node: str  # this host's L3 node name
+    cache_node: str
+
+
+class Meter:
+    """Records of requests, each committed to the spool (with its quota charge) before it is answered."""
+
+    def __init__(
+        self,
+        identity: AgentIdentity,
+        engine: Engine,
+        spool: Spool,
+        entitlements: EntitlementStore,
+        l1_node: str,
+        metrics: AgentMetrics,
+    ) -> None:
+        self.identity = identity
+        self.engine = engine
+        self.spool = spool
+        self.entitlements = entitlements
+        self.l1_node = l1_node
+        self.metrics = metrics
+
+    def record(
+        self,
+        trip: Trip,
+        entitlement: Entitlement,
+        generation: Generation | None,
+        status: str,
+        path: tuple[str, ...],
+        *,
+        tokens_in: int = 0,
+        reservation: Reservation | None = None,
+    ) -> dict[str, Any]:
+        """Build, spool and count the record; ``reservation``'s key is charged the tokens used."""
+        l1_in = trip.l1_in_us or (time.perf_counter_ns() - trip.mark) // 1000
+        experts: list[dict[str, int]] = []
+        hits = misses = 0
+        if generation is not None:
+            experts = expert_counts(generation.routed, self.engine.num_experts)
+            hits, misses = generation.expert_cache_hits, generation.expert_cache_misses
+            tokens_in = generation.tokens_in
+        tokens_out = generation.tokens_out if generation is not None else 0
+        hop_latency = {
+            "L2": generation.l2_us if generation else 0,
+            "L3": generation.l3_us if generation else 0,
+        }
+        nodes = {"L1": self.l1_node, "L2": self.identity.cache_node, "L3": self.identity.node}
+        end_ns = time.time_ns()
+        l1_out = max(0, (end_ns - trip.start_ns) // 1000 - l1_in - hop_latency["L2"] - hop_latency["L3"])
+        hops = []
+        for index, layer in enumerate(path):
+            latency = (l1_in if index == 0 else l1_out) if layer == "L1" else hop_latency[layer]
+            hops.append({"layer": layer, "node": nodes[layer], "latency_us": latency})
+        charge = (
+            QuotaCharge(reservation.key_hash, reservation.period, tokens_in + tokens_out, reservation.lease)
+            if reservation is not None
+            else None
+        )
+
+        def build(seq: int) -> dict[str, Any]:
+            return make_record(
+                agent_id=self.identity.agent_id,
+                seq=seq,
+                tenant=entitlement.tenant,
+                contract=entitlement.contract,
+                package=entitlement.package,
+                sla_class=entitlement.sla_class,
+                client_request_id=trip.client_request_id,
+                model_id=self.engine.model_id,
+                weights_sha3=self.engine.weights_sha3,
+                start_ns=trip.start_ns,
+                end_ns=end_ns,
+                clock_drift_us=self.entitlements.clock_drift_us,
+                tokens_in=tokens_in,
+                tokens_out=tokens_out,
+                hops=hops,
+                experts=experts,
+                prefix_cache_hit_tokens=generation.prefix_cache_hit_tokens if generation else 0,
+                expert_cache_hits=hits,
+                expert_cache_misses=misses,
+                status=status,
+            )
+
+        try:
+            record = self.spool.append(build, charge)
+        except SpoolFull as full:
+            raise ApiError(503, "server_error", "spool_full", str(full)) from None
+        self._observe(trip, record, generation)
+        return record
+
+    def _observe(self, trip: Trip, record: dict[str, Any], generation: Generation | None) -> None:
+        m = self.metrics
+        m.requests.labels(trip.route, record["status"]).inc()
+        if generation is None:
+            return
+        m.tokens.labels("in").inc(record["tokens_in"])
+        m.tokens.labels("out").inc(record["tokens_out"])
+        for entry in record["experts"]:
+            m.expert_activations.labels(str(entry["layer"]), str(entry["expert"])).inc(entry["tokens"])
+        m.observe_cache(record["expert_cache_hits"], record["expert_cache_misses"])
+        for hop in record["hops"]:
+            m.layer_latency.labels(hop["layer"]).observe(hop["latency_us"] / 1e6)
