@@ -13,7 +13,7 @@ $(STAMP): pyproject.toml frontend/package-lock.json
 	$(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install --quiet --upgrade pip
 	$(PY) -m pip install --quiet '.[dev,agent]'
-	$(PY) -c 'import pathlib, sysconfig; root = pathlib.Path.cwd(); pathlib.Path(sysconfig.get_paths()["purelib"], "treemeter.pth").write_text(f"{root}\n{root}/platform\n")'
+	$(PY) -c 'import pathlib, sysconfig; root = pathlib.Path.cwd(); pathlib.Path(sysconfig.get_paths()["purelib"], "treemeter.pth").write_text(f"{root}\n{root}/platform\n{root}/verifier\n")'
 	@# The portal's charts (ECharts) come from the npm registry; without npm the pages say charts are off.
 	if command -v npm >/dev/null; then npm ci --prefix frontend --no-audit --no-fund --silent; fi
 	touch $(STAMP)
@@ -34,6 +34,7 @@ test: install
 lint: install
 	$(VENV)/bin/ruff check .
 	$(VENV)/bin/ruff format --check .
+	$(VENV)/bin/lint-imports
 
 typecheck: install
 	$(VENV)/bin/mypy .

@@ -27,7 +27,6 @@ from pricing.errors import BillingError
 
 from .models import Invoice, InvoiceLine, Note, Outcome
 from .outcomes import decide_outcome, declare_outcome
-from .payments import handle_webhook
 from .pdf import render_invoice_pdf
 from .selectors import (
     credit_balance,
@@ -37,6 +36,7 @@ from .selectors import (
     visible_outcomes,
 )
 from .services import grant_credits
+from .stripe_webhooks import handle_webhook
 
 
 class InvoiceLineSerializer(serializers.ModelSerializer):

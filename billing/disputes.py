@@ -24,7 +24,7 @@ from .evidence import Window, billed_usage, dispute_evidence, matching_records
 from .exports import period_ns
 from .models import BillingExclusion, Dispute, DisputeEvent, Invoice, InvoiceLine
 from .rating import ZERO, PeriodUsage, SegmentUsage, rate_charge, rate_versions
-from .services import issue_note
+from .settlement import issue_note
 from .terms import Terms
 
 

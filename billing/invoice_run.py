@@ -25,7 +25,6 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 from decimal import Decimal
 
-from django.apps import apps
 from django.db import transaction
 from django.db.models import Sum
 
@@ -35,6 +34,7 @@ from contracts.models import NEVER_BILLED, Contract
 from pricing.dimensions import Dimension
 from pricing.errors import BillingError
 
+from .completeness import invoices_completeness
 from .lateness import LateUsageCheck, LateUsageFound, late_usage_adjustments, record_late_usage
 from .models import OPEN_STATUSES, CreditEntry, Invoice, InvoiceLine, InvoiceSequence
 from .rating import PeriodUsage, RatedInvoice, rate_period
@@ -302,12 +302,10 @@ def _write(rated: list[_Rated], now: datetime) -> int:
     return len(final)
 
 
-def _statements(invoices: list[Invoice]) -> list[dict[str, object] | None]:
-    """Each invoice's completeness statement (None without the ledger app), from one batch read."""
-    if not apps.is_installed("ledger") or not invoices:
-        return [None] * len(invoices)
-    from .completeness import invoices_completeness
-
+def _statements(invoices: list[Invoice]) -> list[dict[str, object]]:
+    """Each invoice's completeness statement, from one batch read."""
+    if not invoices:
+        return []
     return [
         statement_of(i, report) for i, report in zip(invoices, invoices_completeness(invoices), strict=True)
     ]

@@ -23,7 +23,7 @@ from pricing.errors import BillingError, InvalidRequest
 from pricing.expressions import compile_metric
 from treemeter_records.timeutil import assume_utc
 
-from . import services
+from . import settlement
 from .models import Invoice, InvoiceLine, Note, Outcome
 from .terms import Terms
 
@@ -145,7 +145,7 @@ def _credit_billed(outcome: Outcome, reason: str) -> Note:
     charge = next(c for c in Terms.from_json(invoice.terms).charges if c.dimension == line.dimension)
     amount = round_money(charge.model().charge(Decimal(1), outcome.value).amount, invoice.currency)
     amount = min(amount, line.amount)
-    return services.issue_note(
+    return settlement.issue_note(
         invoice, "credit", amount, f"Outcome {outcome.ref} revoked: {reason}"[:200], line=line
     )
 

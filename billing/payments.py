@@ -15,7 +15,7 @@ from typing import Any
 
 import stripe
 from django.conf import settings
-from django.db import IntegrityError, transaction
+from django.db import transaction
 from django.db.models import Sum
 from django.utils import timezone
 
@@ -24,8 +24,8 @@ from common.money import MINOR_UNITS
 from pricing.errors import BillingError, InvalidRequest
 from webhooks.events import publish_invoice_event
 
-from . import services
-from .models import ZERO, Invoice, Note, StripeCustomer, StripeEvent, StripeNote, StripePayment
+from . import settlement
+from .models import ZERO, Invoice, Note, StripeCustomer, StripeNote, StripePayment
 
 # Worth retrying with the same idempotency key: Stripe unreachable, rate-limited or failing (5xx).
 TRANSIENT = (stripe.APIConnectionError, stripe.RateLimitError, stripe.APIError)
@@ -95,7 +95,7 @@ def push_invoice(invoice: Invoice) -> StripePayment:
     payment, _ = StripePayment.objects.get_or_create(invoice=invoice)
     if payment.payment_intent_id or payment.status == StripePayment.Status.CANCELED:
         return payment
-    # Paid before its push: settled by credit notes (services.issue_note) or otherwise outside Stripe.
+    # Paid before its push: settled by credit notes (settlement.issue_note) or otherwise outside Stripe.
     amount = ZERO if invoice.status == Invoice.Status.PAID else amount_to_charge(invoice)
     if amount <= 0:
         payment.status, payment.amount, payment.last_error = StripePayment.Status.CANCELED, ZERO, ""
@@ -124,22 +124,6 @@ def push_invoice(invoice: Invoice) -> StripePayment:
     payment.last_error = ""
     payment.save()
     return payment
-
-
-def enqueue_note_push(note: Note) -> None:
-    """Call where a credit or debit note is issued, inside its transaction: with Stripe configured, the
-    note's push is recorded as pending and `billing.push_note_to_stripe` runs after commit."""
-    if not settings.STRIPE_API_KEY:
-        return
-    StripeNote.objects.get_or_create(note=note)
-    note_id = note.pk
-    transaction.on_commit(lambda: _push_note_later(note_id), robust=True)
-
-
-def _push_note_later(note_id: int) -> None:
-    from .tasks import push_note_task  # tasks import this module
-
-    push_note_task.delay(note_id)
 
 
 def push_note(note: Note) -> StripeNote:
@@ -254,35 +238,8 @@ def _refunded(invoice: Invoice) -> Decimal:
     return refunds.aggregate(sum=Sum("amount"))["sum"] or ZERO
 
 
-def handle_webhook(payload: bytes, signature: str | None) -> tuple[str, bool]:
-    """Verify the Stripe signature and apply the event once. Returns (event type, newly handled)."""
-    try:
-        event = stripe.Webhook.construct_event(payload, signature, settings.STRIPE_WEBHOOK_SECRET)
-    except (stripe.SignatureVerificationError, ValueError) as error:
-        raise InvalidRequest("invalid_signature", f"The Stripe signature does not verify: {error}") from None
-    try:
-        with transaction.atomic():
-            StripeEvent.objects.create(event_id=event.id, event_type=event.type)
-            _apply(event)
-    except IntegrityError:
-        return event.type, False  # redelivered
-    return event.type, True
-
-
-CHECKOUT_PAID = ("checkout.session.completed", "checkout.session.async_payment_succeeded")
-CHECKOUT_FAILED = ("checkout.session.expired", "checkout.session.async_payment_failed")
-
-
-def _apply(event: stripe.Event) -> None:
-    if event.type in CHECKOUT_PAID + CHECKOUT_FAILED:
-        from . import checkout  # checkout builds on this module (its Stripe client and customers)
-
-        session = event.data.object.to_dict()
-        if event.type in CHECKOUT_PAID:
-            checkout.complete_checkout(session)
-        else:
-            checkout.cancel_checkout(session)
-        return
+def apply_payment_event(event: stripe.Event) -> None:
+    """A Stripe event about an invoice's or a debit note's payment, or a refund; others change nothing."""
     if event.type in REFUND_EVENTS:
         obj = event.data.object.to_dict()
         refunds = (obj.get("refunds") or {}).get("data", []) if obj.get("object") == "charge" else [obj]
@@ -297,7 +254,7 @@ def _apply(event: stripe.Event) -> None:
         _apply_debit_note_payment(event.type, intent)
         return
     if event.type == "payment_intent.succeeded":
-        publish_invoice_event("invoice.paid", services.mark_paid(payment.invoice))
+        publish_invoice_event("invoice.paid", settlement.mark_paid(payment.invoice))
         payment.status = StripePayment.Status.SUCCEEDED
         if "amount_received" in intent:  # what was actually charged: refunds are bounded by it
             payment.amount = Decimal(intent["amount_received"]).scaleb(-MINOR_UNITS[payment.invoice.currency])

@@ -15,10 +15,10 @@ from datetime import datetime
 from decimal import Decimal
 from typing import Any
 
-from django.apps import apps
 from django.db.models import QuerySet, Sum
 
 from clickhouse_store import query
+from ledger.models import Checkpoint
 from pricing.dimensions import AGGREGATES, quantity_from_aggregate
 from pricing.expressions import compile_metric
 from treemeter_records.timeutil import unix_nanos
@@ -217,10 +217,8 @@ def credit_balance(contract_id: int) -> Decimal:
 
 def latest_checkpoint() -> dict[str, Any] | None:
     """The newest signed ledger checkpoint (size and root), which a finalised invoice pins; None while
-    the ledger app is absent or has published none."""
-    if not apps.is_installed("ledger"):
-        return None
-    checkpoint = apps.get_model("ledger", "Checkpoint").objects.order_by("-size", "-id").first()
+    the ledger has published none."""
+    checkpoint = Checkpoint.objects.order_by("-size", "-id").first()
     if checkpoint is None:
         return None
     return {"size": checkpoint.size, "root_hash": base64.b64encode(bytes(checkpoint.root_hash)).decode()}

@@ -11,11 +11,8 @@ from collections import Counter
 from collections.abc import Iterable, Sequence
 from datetime import datetime, timedelta
 from decimal import Decimal
-from functools import partial
 from typing import Any
 
-from django.apps import apps
-from django.conf import settings
 from django.db import IntegrityError, transaction
 from django.utils import timezone
 
@@ -24,9 +21,10 @@ from contracts.models import NEVER_BILLED, Contract
 from ingest.outbox import store_pending
 from pricing.dimensions import Dimension
 from pricing.errors import BillingError, TermsError
-from webhooks.events import publish_invoice_event, publish_invoice_events
+from webhooks.events import publish_invoice_events
 
-from . import outcomes
+from . import events, outcomes
+from .completeness import invoice_completeness
 from .lateness import late_usage_adjustments, record_late_usage
 from .models import (
     OPEN_STATUSES,
@@ -35,7 +33,6 @@ from .models import (
     Invoice,
     InvoiceLine,
     InvoiceSequence,
-    Note,
 )
 from .rating import PeriodUsage, RatedInvoice, RatedLine, rate_period
 from .selectors import credit_balance, latest_checkpoint, period_usage
@@ -302,22 +299,15 @@ def consumption(invoice: Invoice, applied: Decimal) -> CreditEntry:
 
 
 def announce_finalised(invoices: Sequence[Invoice]) -> None:
-    """The `invoice.finalized` webhook events, and the Stripe pushes once the transaction commits."""
+    """The `invoice.finalized` webhook events, and `events.invoices_finalised` (the Stripe push)."""
     publish_invoice_events("invoice.finalized", invoices)
-    if settings.STRIPE_API_KEY:
-        for invoice in invoices:
-            if invoice.amount_due > 0:
-                transaction.on_commit(partial(_push_to_stripe, invoice.pk), robust=True)
+    events.invoices_finalised.send(sender=Invoice, invoices=list(invoices))
 
 
-def completeness_statement(invoice: Invoice) -> dict[str, object] | None:
+def completeness_statement(invoice: Invoice) -> dict[str, object]:
     """What the invoice states about its evidence when finalised: the records it bills, the records the
-    log holds for its contract and period, and each serving agent's open sequence gaps (None without the
-    ledger app). Kept in the invoice's terms, so the document never changes when a gap closes later."""
-    if not apps.is_installed("ledger"):
-        return None
-    from .completeness import invoice_completeness
-
+    log holds for its contract and period, and each serving agent's open sequence gaps. Kept in the
+    invoice's terms, so the document never changes when a gap closes later."""
     return statement_of(invoice, invoice_completeness(invoice))
 
 
@@ -334,18 +324,6 @@ def statement_of(invoice: Invoice, report: dict[str, Any]) -> dict[str, object]:
         ],
         "complete": report["complete"],
     }
-
-
-def _push_to_stripe(invoice_id: int) -> None:
-    from .tasks import push_invoice_task  # tasks import this module
-
-    push_invoice_task.delay(invoice_id)
-
-
-def _push_note_to_stripe(note: Note) -> None:
-    from .payments import enqueue_note_push  # payments imports this module
-
-    enqueue_note_push(note)
 
 
 def credit_allocation(
@@ -374,21 +352,6 @@ def credit_allocation(
             allocation[kind] = str(take)
             applied += take
     return applied, allocation
-
-
-def mark_paid(invoice: Invoice, *, paid_at: datetime | None = None) -> Invoice:
-    """finalized → paid; paying a paid invoice again is a no-op."""
-    with transaction.atomic():
-        invoice = Invoice.objects.select_for_update().get(pk=invoice.pk)
-        if invoice.status == Invoice.Status.PAID:
-            return invoice
-        if invoice.status != Invoice.Status.FINALIZED:
-            raise BillingError("invalid_transition", f"A {invoice.status} invoice cannot be paid.")
-        invoice.status = Invoice.Status.PAID
-        invoice.paid_at = paid_at or timezone.now()
-        invoice.save(update_fields=["status", "paid_at"])
-        publish_invoice_event("invoice.paid", invoice)
-        return invoice
 
 
 def void_invoice(invoice: Invoice, *, now: datetime | None = None) -> Invoice:
@@ -450,45 +413,3 @@ def add_coupon(
         defaults={"percent_off": percent_off, "amount_off": amount_off, "periods": periods},
     )
     return coupon
-
-
-def issue_note(
-    invoice: Invoice, kind: str, amount: Decimal, reason: str, *, line: InvoiceLine | None = None
-) -> Note:
-    """A credit or debit note on a finalised (or paid) invoice. A credit note cannot exceed what the
-    invoice and its earlier notes leave, nor a line's amount when it corrects one line. Credit notes
-    that cover a finalised invoice's amount due settle it (paid)."""
-    if kind not in Note.Kind.values:
-        raise BillingError("invalid_note", f"Unknown note kind {kind!r}.")
-    if amount <= 0 or round_money(amount, invoice.currency) != amount:
-        raise BillingError("invalid_amount", f"A note amount is positive, in {invoice.currency} minor units.")
-    with transaction.atomic():
-        invoice = Invoice.objects.select_for_update().get(pk=invoice.pk)
-        if invoice.status not in (Invoice.Status.FINALIZED, Invoice.Status.PAID):
-            raise BillingError(
-                "invalid_transition", f"Notes correct finalised invoices, not a {invoice.status} one."
-            )
-        notes = list(invoice.notes.all())
-        net = invoice.total + sum((n.amount if n.kind == "debit" else -n.amount for n in notes), Decimal(0))
-        if kind == "credit" and amount > net:
-            raise BillingError("note_exceeds_invoice", f"A credit note of {amount} exceeds the {net} left.")
-        if kind == "credit" and line is not None:
-            credited = sum(
-                (n.amount for n in notes if n.line_id == line.pk and n.kind == "credit"), Decimal(0)
-            )
-            if amount > line.amount - credited:
-                raise BillingError(
-                    "note_exceeds_line", f"The line has {line.amount - credited} left to credit."
-                )
-        prefix = "CN" if kind == "credit" else "DN"
-        number = f"{invoice.number}-{prefix}{sum(1 for n in notes if n.kind == kind) + 1}"
-        note = Note.objects.create(
-            invoice=invoice, line=line, kind=kind, number=number, reason=reason[:200], amount=amount
-        )
-        _push_note_to_stripe(note)
-        credited = sum((n.amount for n in [*notes, note] if n.kind == "credit"), Decimal(0))
-        if invoice.status == Invoice.Status.FINALIZED and kind == "credit" and credited >= invoice.amount_due:
-            # Nothing is left to collect: settled, as Stripe marks an invoice whose amount remaining
-            # reaches zero paid. Its Stripe push (if any) finds nothing to charge.
-            mark_paid(invoice)
-        return note

@@ -1,6 +1,6 @@
 """Under /v1/, every error answer is `{code, message, details}`, whoever made it.
 
-DRF views answer their errors through `common.errors.api_exception_handler`, and unknown paths through
+DRF views answer their errors through `common.error_handler.api_exception_handler`, and unknown paths through
 `handler404`. What neither sees gets its body here: Django's own answers (the bare 405 of
 `require_POST`/`require_GET`, the debug 404 page, a CSRF refusal), so no view has to know about it.
 

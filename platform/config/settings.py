@@ -230,7 +230,7 @@ REST_FRAMEWORK = {
         "anon": env.text("API_RATE_ANON", "120/min"),
         "user": env.text("API_RATE_USER", "1200/min"),
     },
-    "EXCEPTION_HANDLER": "common.errors.api_exception_handler",
+    "EXCEPTION_HANDLER": "common.error_handler.api_exception_handler",
 }
 # Throttle counters live in the cache: Redis when CACHE_URL names one, else this process's memory.
 _cache_url = env.text("CACHE_URL", "")

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from datetime import datetime
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 from django.utils import timezone
 
@@ -16,11 +16,15 @@ from common.periods import month_bounds, month_of
 from pricing.dimensions import Dimension
 from pricing.errors import TermsError
 
-if TYPE_CHECKING:
-    from .models import Contract
+
+class Dated(Protocol):
+    """What the rules read of a contract (contracts.models.Contract, which calls them)."""
+
+    starts_at: datetime
+
 
 # A guard gets the contract, the version's instant and the error details; it raises to refuse.
-PriceVersionGuard = Callable[["Contract", datetime, dict[str, Any]], None]
+PriceVersionGuard = Callable[[Any, datetime, dict[str, Any]], None]
 _GUARDS: list[PriceVersionGuard] = []
 
 
@@ -30,7 +34,7 @@ def add_price_version_guard(guard: PriceVersionGuard) -> None:
         _GUARDS.append(guard)
 
 
-def check_price_version(contract: Contract, dimension: str, effective_from: datetime) -> datetime | None:
+def check_price_version(contract: Dated, dimension: str, effective_from: datetime) -> datetime | None:
     """The instant a new price version of `dimension` may start at, or an error: not before the
     contract start (the start itself is the initial version's instant: None), for outcomes (billed per
     period, not per record time) only at a period start, and whatever the added guards refuse (billing:

@@ -9,7 +9,8 @@ from decimal import Decimal
 import pytest
 
 from billing.models import Invoice
-from billing.services import generate_invoice, issue_note
+from billing.services import generate_invoice
+from billing.settlement import issue_note
 from common.periods import month_bounds
 from contracts.models import Contract, ContractPrice
 from tests.api.conftest import member_client, post_json, staff_client, token_client

@@ -9,7 +9,8 @@ import pytest
 
 from agents.models import Agent
 from billing.costs import cost_report, suggested_base_fee
-from billing.services import finalize_invoice, generate_invoice, issue_note
+from billing.services import finalize_invoice, generate_invoice
+from billing.settlement import issue_note
 from catalog.models import HostCostProfile
 from common.periods import month_bounds
 from contracts.models import ContractPrice

@@ -12,7 +12,8 @@ from hypothesis import strategies as st
 
 from billing.models import CreditEntry, Invoice
 from billing.selectors import credit_balance
-from billing.services import finalize_invoice, generate_invoice, grant_credits, mark_paid, void_invoice
+from billing.services import finalize_invoice, generate_invoice, grant_credits, void_invoice
+from billing.settlement import mark_paid
 from billing.tasks import run_invoices, run_invoices_task
 from common.periods import month_bounds
 from contracts.models import Contract, ContractMetric, ContractPrice

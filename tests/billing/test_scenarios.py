@@ -11,7 +11,8 @@ import pytest
 
 from billing.models import CreditEntry, Invoice, LateUsage
 from billing.selectors import credit_balance
-from billing.services import add_coupon, generate_invoice, grant_credits, issue_note
+from billing.services import add_coupon, generate_invoice, grant_credits
+from billing.settlement import issue_note
 from common.periods import month_bounds
 from contracts.models import Contract, ContractMetric, ContractPrice
 from pricing.errors import BillingError

@@ -14,7 +14,8 @@ from celery.exceptions import Retry
 from django.test import Client
 
 from billing.models import Invoice, Note, StripeNote, StripePayment
-from billing.services import generate_invoice, grant_credits, issue_note
+from billing.services import generate_invoice, grant_credits
+from billing.settlement import issue_note
 from billing.tasks import push_invoice_task, push_note_task
 from common.periods import month_bounds
 from contracts.models import ContractPrice

@@ -10,7 +10,7 @@ import pytest
 from django.test import Client
 
 from billing.models import Invoice, StripeNote, StripePayment
-from billing.services import issue_note
+from billing.settlement import issue_note
 from billing.tasks import push_invoice_task, push_note_task
 from tests.billing.fake_stripe import FakeStripe
 from tests.billing.test_stripe import final_invoice, post_event

@@ -10,7 +10,8 @@ import pyarrow as pa
 import pytest
 
 from agents.models import Agent
-from billing.services import generate_invoice, issue_note
+from billing.services import generate_invoice
+from billing.settlement import issue_note
 from catalog.models import ComputePackage, HostCostProfile
 from common.periods import month_bounds
 from contracts.models import ContractPrice

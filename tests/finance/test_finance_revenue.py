@@ -8,7 +8,8 @@ from decimal import Decimal
 import pyarrow as pa
 import pytest
 
-from billing.services import generate_invoice, issue_note, mark_paid, void_invoice
+from billing.services import generate_invoice, void_invoice
+from billing.settlement import issue_note, mark_paid
 from catalog.models import ComputePackage
 from common.periods import month_bounds
 from contracts.models import ContractPrice

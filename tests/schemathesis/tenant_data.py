@@ -23,7 +23,8 @@ from accounts.services import issue_api_token
 from billing.disputes import open_dispute
 from billing.models import Dispute, Invoice, InvoiceLine, Note, Outcome
 from billing.outcomes import declare_outcome
-from billing.services import finalize_invoice, generate_invoice, issue_note
+from billing.services import finalize_invoice, generate_invoice
+from billing.settlement import issue_note
 from catalog.models import ComputePackage
 from common.periods import month_bounds
 from contracts.models import Contract, ContractPrice
