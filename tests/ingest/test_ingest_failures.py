@@ -61,11 +61,11 @@ STEPS: list[tuple[str, Callable[[], AbstractContextManager[None]], bool]] = [
 def world() -> tuple[Any, SigningAgent, bytes]:
     """An agent with 3 records logged, and its next batch: 20 records after a gap of two seqs (a new
     gap, 16+ leaves so a tree node is stored) and one record for another tenant's contract (a rejection)."""
-    contract = ContractFactory()
+    contract = ContractFactory.create()
     agent = signing_agent(contract)
     assert ingest_batch(agent.batch([agent.record(contract) for _ in range(3)]).body()).status == 200
     agent.next_seq = 5
-    records = [agent.record(contract) for _ in range(20)] + [agent.record(ContractFactory())]
+    records = [agent.record(contract) for _ in range(20)] + [agent.record(ContractFactory.create())]
     return contract, agent, agent.batch(records).body()
 
 
@@ -106,7 +106,7 @@ def live_client() -> Client:
 
 
 def test_concurrent_batches_of_two_agents_with_one_record_id_store_it_once() -> None:
-    contract = ContractFactory()
+    contract = ContractFactory.create()
     agents = [signing_agent(contract, agent_id=f"agent-{n}") for n in range(2)]
     for round_ in range(3):
         shared = agents[0].record(contract)["record_id"]

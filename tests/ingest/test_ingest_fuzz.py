@@ -47,7 +47,7 @@ MUTATIONS = st.one_of(
 
 class Fuzzer:
     def __init__(self) -> None:
-        self.contract = ContractFactory()
+        self.contract = ContractFactory.create()
         self.agent: SigningAgent = signing_agent(self.contract)
         self.client = Client()
         self.sent: list[tuple[bytes, list[dict[str, Any]]]] = []

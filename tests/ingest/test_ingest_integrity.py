@@ -21,7 +21,7 @@ pytestmark = [pytest.mark.django_db, pytest.mark.usefixtures("clickhouse")]
 
 @pytest.fixture
 def contract() -> Any:
-    return ContractFactory()
+    return ContractFactory.create()
 
 
 @pytest.fixture

@@ -75,7 +75,7 @@ def test_columns_are_as_wide_as_the_format_allows(column: tuple[str, str, str]) 
 
 @pytest.fixture
 def contract() -> Any:
-    return ContractFactory()
+    return ContractFactory.create()
 
 
 @pytest.fixture

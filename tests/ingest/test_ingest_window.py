@@ -26,7 +26,7 @@ def production_window(settings: Any) -> None:
 
 @pytest.fixture
 def contract() -> Any:
-    return ContractFactory()
+    return ContractFactory.create()
 
 
 @pytest.fixture
@@ -68,7 +68,7 @@ def test_a_late_record_inside_the_window_is_accepted(
 
 
 def test_the_contracts_late_usage_horizon_sets_the_window(client: Client) -> None:
-    contract = ContractFactory(late_usage_policy=Contract.LateUsage.IGNORE_AFTER, late_usage_days=90)
+    contract = ContractFactory.create(late_usage_policy=Contract.LateUsage.IGNORE_AFTER, late_usage_days=90)
     agent = signing_agent(contract)
     now = time.time_ns()
     assert refusal(answer_for(client, agent, contract, start_ns=now - 60 * DAY_NS)) is None

@@ -14,7 +14,8 @@ from django.test import RequestFactory
 from drf_spectacular.generators import SchemaGenerator
 from rest_framework import exceptions
 
-from common.errors import api_exception_handler, document_error_responses, not_found
+from common.error_handler import api_exception_handler
+from common.errors import document_error_responses, not_found
 
 
 def _answer(exc: Exception) -> tuple[int, Any]:
