@@ -66,6 +66,35 @@ class Engine(Protocol):
     ) -> Generation: ...
 
 
+class PromptLayout:
+    """What every engine does to a request before its forward pass, written once: a chat's messages
+    laid out as the checkpoint's prompt (``checkpoint.chat_prompt``), and a prompt's tokens counted by
+    the engine's own tokenizer (the worst case the quota reserves). Engines set ``tokenizer``."""
+
+    tokenizer: Any
+
+    def count_tokens(self, prompt: str) -> int:
+        return len(self.tokenizer(prompt)["input_ids"])
+
+    def chat_prompt(self, messages: list[dict[str, str]]) -> str:
+        return chat_prompt(messages)
+
+
+@dataclass(frozen=True)
+class CheckpointIdentity:
+    """A checkpoint's model id and weights fingerprint, the latter checked against its manifest."""
+
+    manifest: dict[str, Any]
+    model_id: str
+    weights_sha3: str
+
+    @classmethod
+    def load(cls, directory: Path) -> CheckpointIdentity:
+        manifest = read_manifest(directory)
+        weights_sha3 = verify_weights(directory, manifest)
+        return cls(manifest, str(manifest["model_id"]), weights_sha3)
+
+
 def expert_counts(routed: torch.Tensor, num_experts: int) -> list[dict[str, int]]:
     """Per (layer, expert) activation counts, the record's ``experts`` list (sorted, no zeros)."""
     experts: list[dict[str, int]] = []
@@ -77,7 +106,7 @@ def expert_counts(routed: torch.Tensor, num_experts: int) -> list[dict[str, int]
     return experts
 
 
-class TorchEngine:
+class TorchEngine(PromptLayout):
     """A Qwen3-MoE checkpoint from a local directory, one request at a time (a lock serialises them)."""
 
     def __init__(
@@ -96,9 +125,9 @@ class TorchEngine:
         hf_logging.disable_progress_bar()
         if threads:
             torch.set_num_threads(threads)
-        manifest = read_manifest(directory)
-        self.weights_sha3 = verify_weights(directory, manifest)
-        self.model_id: str = manifest["model_id"]
+        checkpoint = CheckpointIdentity.load(directory)
+        manifest = checkpoint.manifest
+        self.weights_sha3, self.model_id = checkpoint.weights_sha3, checkpoint.model_id
         self.tokenizer = AutoTokenizer.from_pretrained(directory, local_files_only=True)
         self.model = Qwen3MoeForCausalLM.from_pretrained(directory, local_files_only=True).eval()
         config = self.model.config
@@ -125,12 +154,6 @@ class TorchEngine:
             for block, captured in zip(self.blocks, self._captured, strict=True):
                 block.captured = captured
         self.lock = threading.Lock()
-
-    def count_tokens(self, prompt: str) -> int:
-        return len(self.tokenizer(prompt)["input_ids"])
-
-    def chat_prompt(self, messages: list[dict[str, str]]) -> str:
-        return chat_prompt(messages)
 
     def generate(
         self,

@@ -29,8 +29,7 @@ import numpy as np
 import structlog
 import torch
 
-from .checkpoint import chat_prompt, read_manifest, verify_weights
-from .engine import Generation, RoutingCaptureInvalid
+from .engine import CheckpointIdentity, Generation, PromptLayout, RoutingCaptureInvalid
 
 log = structlog.get_logger("compute_agents.vllm_engine")
 
@@ -83,7 +82,9 @@ def routed_from_native(
     return torch.from_numpy(routed_experts[cached_tokens:].astype(np.int64))
 
 
-class VllmEngine:
+class VllmEngine(PromptLayout):
+    """Prompts laid out and counted as in the torch engine (``PromptLayout``), by vLLM's tokenizer."""
+
     def __init__(
         self,
         directory: Path,
@@ -101,9 +102,8 @@ class VllmEngine:
 
         self.capture = resolve_capture(capture, vllm.__version__, current_platform.is_cuda_alike())
         self.on_invalid_capture = on_invalid_capture
-        manifest = read_manifest(directory)
-        self.weights_sha3 = verify_weights(directory, manifest)
-        self.model_id: str = manifest["model_id"]
+        checkpoint = CheckpointIdentity.load(directory)
+        self.weights_sha3, self.model_id = checkpoint.weights_sha3, checkpoint.model_id
         native: dict[str, Any] = {"enable_return_routed_experts": True} if self.capture == "native" else {}
         self.llm = LLM(
             model=str(directory),
@@ -147,12 +147,6 @@ class VllmEngine:
 
         for index, module in enumerate(moe):
             module.router.set_capture_fn(capture(index))
-
-    def count_tokens(self, prompt: str) -> int:
-        return len(self.tokenizer(prompt)["input_ids"])
-
-    def chat_prompt(self, messages: list[dict[str, str]]) -> str:
-        return chat_prompt(messages)
 
     def generate(
         self,

@@ -8,8 +8,8 @@ from pathlib import Path
 import pytest
 import torch
 
-from compute_agents.checkpoint import CheckpointError, expert_file, read_manifest, sha3_file
-from compute_agents.engine import TorchEngine, expert_counts
+from compute_agents.checkpoint import CheckpointError, chat_prompt, expert_file, read_manifest, sha3_file
+from compute_agents.engine import PromptLayout, TorchEngine, expert_counts
 from compute_agents.expert_cache import ExpertCache, ExpertIntegrityError
 from tests.compute_agents.model_sizes import SIZES
 
@@ -119,3 +119,18 @@ def test_the_engine_reports_the_checkpoint_fingerprint(tiny_model: Path) -> None
         == read_manifest(tiny_model)["weights_sha3"]
     )
     assert (engine.moe_layers, engine.num_experts, engine.top_k) == (SIZES.layers, SIZES.experts, SIZES.top_k)
+
+
+def test_both_engines_lay_out_and_count_prompts_with_one_shared_code(tiny_model: Path) -> None:
+    from compute_agents.vllm_engine import VllmEngine  # importable without vllm: it loads it on start
+
+    for method in ("chat_prompt", "count_tokens"):
+        assert getattr(TorchEngine, method) is getattr(PromptLayout, method) is getattr(VllmEngine, method)
+    engine = TorchEngine(tiny_model)
+    messages = [{"role": "system", "content": "be brief"}, {"role": "user", "content": "the contract"}]
+    prompt = engine.chat_prompt(messages)
+    assert prompt == chat_prompt(messages) == "<|system|>\nbe brief\n<|user|>\nthe contract\n<|assistant|>\n"
+    ids = engine.tokenizer(prompt)["input_ids"]
+    assert engine.count_tokens(prompt) == len(ids)
+    roles = engine.tokenizer.convert_tokens_to_ids(["<|system|>", "<|user|>", "<|assistant|>"])
+    assert [i for i in ids if i in roles] == roles  # each role marker is one special token
