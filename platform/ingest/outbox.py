@@ -7,7 +7,9 @@ depending on the ingest decision's own imports.
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass
+from functools import partial
 
 from clickhouse_connect.driver.exceptions import ClickHouseError
 from django.db import DatabaseError, transaction
@@ -24,8 +26,19 @@ class StoreUnavailable(Exception):
     """Committed records could not be inserted into ClickHouse yet; they stay in the outbox."""
 
 
-def store_pending(only: Iterable[int] | None = None) -> int:
+@dataclass(frozen=True)
+class Committed:
+    """An outbox row just committed by ingest, with what it holds (no need to read it back)."""
+
+    pk: int
+    lines: bytes
+    dedup_token: str
+    tenants: list[str]
+
+
+def store_pending(only: Iterable[Committed] | None = None) -> int:
     """Insert committed outbox rows into ClickHouse, oldest first, and delete them; returns how many.
+    `only`: the rows ingest just committed (their lines in hand); else every row in the outbox.
 
     Safe to repeat and to run concurrently: each row is locked while it is stored (a concurrent call
     waits for it, then finds it gone), and the insert carries the row's deduplication token, so an
@@ -33,20 +46,35 @@ def store_pending(only: Iterable[int] | None = None) -> int:
     Raises StoreUnavailable when ClickHouse (or PostgreSQL) fails; what was stored by then stays stored.
     Each stored row is announced (`ingest.events.records_stored`, with its tenants).
     """
-    rows = PendingInsert.objects.order_by("pk")
-    if only is not None:
-        rows = rows.filter(pk__in=list(only))
     stored = 0
     try:
-        for pk in list(rows.values_list("pk", flat=True)):
-            with transaction.atomic():
-                row = PendingInsert.objects.select_for_update().filter(pk=pk).first()
-                if row is None:
-                    continue
-                query.insert_json_lines(RECORDS_TABLE, bytes(row.lines), dedup_token=row.dedup_token)
-                row.delete()
-            records_stored.send(sender=PendingInsert, tenants=list(row.tenants))
-            stored += 1
+        if only is not None:
+            for row in only:
+                stored += _store(row.pk, partial(_given, row))
+        else:
+            for pk in list(PendingInsert.objects.order_by("pk").values_list("pk", flat=True)):
+                stored += _store(pk, partial(_read, pk))
     except (ClickHouseError, DatabaseError) as error:
         raise StoreUnavailable(f"stored {stored} batches, then: {error}") from None
     return stored
+
+
+def _given(row: Committed) -> Committed:
+    return row
+
+
+def _read(pk: int) -> Committed:
+    row = PendingInsert.objects.get(pk=pk)
+    return Committed(row.pk, bytes(row.lines), row.dedup_token, list(row.tenants))
+
+
+def _store(pk: int, contents: Callable[[], Committed]) -> int:
+    """Store one row under its lock; 0 when another call stored it first."""
+    with transaction.atomic():
+        if not PendingInsert.objects.select_for_update().filter(pk=pk).values_list("pk", flat=True):
+            return 0
+        row = contents()
+        query.insert_json_lines(RECORDS_TABLE, row.lines, dedup_token=row.dedup_token)
+        PendingInsert.objects.filter(pk=pk).delete()
+    records_stored.send(sender=PendingInsert, tenants=row.tenants)
+    return 1

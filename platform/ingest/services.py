@@ -47,7 +47,7 @@ from treemeter_records.timeutil import unix_nanos
 
 from . import rejections, sequences
 from .models import IngestBatch, PendingInsert, RejectedRecord, SequenceGap, SequenceRange
-from .outbox import StoreUnavailable, store_pending
+from .outbox import Committed, StoreUnavailable, store_pending
 from .rejections import rejection
 
 _DAY_NS = 86_400 * 10**9
@@ -97,11 +97,12 @@ def ingest_batch(body: bytes, *, now: datetime | None = None) -> IngestAnswer:
     try:
         batch, key, leaves = _verified(body)
         try:
-            answer, pending = _commit(key, batch, body, leaves, now)
+            answer, pending = _commit(key, batch, body, leaves, now, look_up_ids=False)
         except IntegrityError:
-            # Only a record id logged by a concurrent batch of another agent gets here (the unique leaf
-            # index waited for that batch's commit). Sorting again now finds it: `record_id_reused`.
-            answer, pending = _commit(key, batch, body, leaves, now)
+            # A record id logged already (by an earlier batch, or a concurrent one of another agent: the
+            # unique leaf index waited for its commit). Sorting again with the look-up finds it and
+            # rejects it as `record_id_reused`; the common case never pays for that look-up.
+            answer, pending = _commit(key, batch, body, leaves, now, look_up_ids=True)
     except DatabaseError as error:
         logger.warning("ingest transaction failed: %s", error)
         raise IngestRefused(
@@ -143,8 +144,8 @@ def _verified(body: bytes) -> tuple[ParsedBatch, AgentKey, list[bytes]]:
 
 
 def _commit(
-    key: AgentKey, batch: ParsedBatch, body: bytes, leaves: list[bytes], now: datetime
-) -> tuple[IngestAnswer, int | None]:
+    key: AgentKey, batch: ParsedBatch, body: bytes, leaves: list[bytes], now: datetime, *, look_up_ids: bool
+) -> tuple[IngestAnswer, Committed | None]:
     """The PostgreSQL side of one batch, in one durable transaction; returns the answer and the id of
     the outbox row to store (None when nothing was accepted or the batch is a replay)."""
     header = batch.header
@@ -155,7 +156,7 @@ def _commit(
             return IngestAnswer(previous.status_code, previous.response), None
         ranges = list(SequenceRange.objects.filter(agent=agent).values_list("first_seq", "last_seq"))
         try:
-            result = _sort_records(agent, batch, ranges, now)
+            result = _sort_records(agent, batch, ranges, now, look_up_ids)
         except BatchError as error:
             raise IngestRefused(error.http_status, error.code, error.message) from None
         answer = _answer(batch.header_digest, header, result)
@@ -191,13 +192,11 @@ def _commit(
             return answer, None
         _advance_ranges(agent, ranges, [seq for seq, _ in result.accepted])
         append_batch(log_batch, result.logged)  # takes the log's row lock: the last lock taken
-        pending = PendingInsert.objects.create(
-            batch=saved,
-            dedup_token=_dedup_token(agent.agent_id, batch.header_digest, result.accepted),
-            lines=b"\n".join(line for _, line in result.accepted),
-            tenants=sorted({entry.tenant for entry in result.logged}),
-        )
-    return answer, pending.pk
+        lines = b"\n".join(line for _, line in result.accepted)
+        token = _dedup_token(agent.agent_id, batch.header_digest, result.accepted)
+        tenants = sorted({entry.tenant for entry in result.logged})
+        pending = PendingInsert.objects.create(batch=saved, dedup_token=token, lines=lines, tenants=tenants)
+    return answer, Committed(pending.pk, lines, token, tenants)
 
 
 def _dedup_token(agent_id: str, header_digest: str, accepted: list[tuple[int, bytes]]) -> str:
@@ -206,8 +205,11 @@ def _dedup_token(agent_id: str, header_digest: str, accepted: list[tuple[int, by
     ).hexdigest()
 
 
-def _sort_records(agent: Agent, batch: ParsedBatch, ranges: list[sequences.Range], now: datetime) -> _Sorted:
-    """Decide for each record: accepted, duplicate, or rejected with a reason code."""
+def _sort_records(
+    agent: Agent, batch: ParsedBatch, ranges: list[sequences.Range], now: datetime, look_up_ids: bool
+) -> _Sorted:
+    """Decide for each record: accepted, duplicate, or rejected with a reason code. Without
+    `look_up_ids`, record ids logged already are left to the log's unique index to refuse."""
     checked = validate_batch_records(batch)
     result = _Sorted()
     result.line_seqs = sorted(
@@ -237,7 +239,7 @@ def _sort_records(agent: Agent, batch: ParsedBatch, ranges: list[sequences.Range
         candidates.append((seq, record_id, batch.lines[index], entry))
 
     already = sequences.covered(ranges, [seq for seq, _, _, _ in candidates])
-    by_seq, by_id = _logged(agent, sorted(already), list(seen_ids))
+    by_seq, by_id = _logged(agent, sorted(already), list(seen_ids) if look_up_ids else [])
     for seq, record_id, line, entry in candidates:
         if seq in already:
             if by_seq.get(seq) == record_id:
