@@ -16,6 +16,8 @@ from ingest.audit import audit_window
 from ingest.models import PendingInsert
 from ledger.models import LogLeaf
 from ledger.services import log_state
+from tests.factories import SigningAgent
+from treemeter_records import canonical_bytes, merkle_root_of, sign_header
 
 URL = "/v1/ingest/batches"
 EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
@@ -45,6 +47,24 @@ def assert_stores_agree() -> int:
     assert log_state().size == len(logged)
     assert audit_window(EPOCH, FAR) == []
     return len(stored)
+
+
+def signed(agent: SigningAgent, records: list[dict[str, Any]], lines: list[bytes] | None = None) -> bytes:
+    """Sign records that build_batch would refuse (an agent with a bug or an attacker's key), or the
+    raw `lines` given for them."""
+    lines = lines or [canonical_bytes(r) for r in records]
+    header = {
+        "v": 1,
+        "agent_id": agent.agent_id,
+        "key_id": agent.key_row.key_id,
+        "first_seq": records[0]["seq"],
+        "last_seq": records[-1]["seq"],
+        "count": len(lines),
+        "merkle_root": merkle_root_of(lines).hex(),
+        "created_ns": 1,
+    }
+    envelope = canonical_bytes({"header": header, "signature": sign_header(header, agent.key)})
+    return b"\n".join([envelope, *lines])
 
 
 def any_line(record: dict[str, Any]) -> bytes:

@@ -16,6 +16,7 @@ from clickhouse_store import query
 from ingest.models import IngestBatch, PendingInsert, RejectedRecord, SequenceGap, SequenceRange
 from ingest.outbox import store_pending
 from tests.factories import ContractFactory, SigningAgent, signing_agent
+from tests.ingest.support import signed
 from treemeter_records import build_batch, private_key_from_seed
 
 pytestmark = [pytest.mark.django_db, pytest.mark.usefixtures("clickhouse")]
@@ -151,7 +152,7 @@ def test_missing_header_fields_are_refused(client: Client, contract: Any, agent:
 def test_wrong_types_in_a_record_are_rejected(client: Client, contract: Any, agent: SigningAgent) -> None:
     record = agent.record(contract)
     record["tokens_in"] = "100"
-    response = post(client, _force_batch(agent, [record]))
+    response = post(client, signed(agent, [record]))
     assert_refused(response, 422, "all_records_rejected")
     assert response.json()["rejections"][0]["code"] == "wrong_type"
 
@@ -159,7 +160,7 @@ def test_wrong_types_in_a_record_are_rejected(client: Client, contract: Any, age
 def test_negative_token_counts_are_rejected(client: Client, contract: Any, agent: SigningAgent) -> None:
     record = agent.record(contract)
     record["tokens_out"] = -5
-    response = post(client, _force_batch(agent, [record]))
+    response = post(client, signed(agent, [record]))
     assert_refused(response, 422, "all_records_rejected")
     assert response.json()["rejections"][0]["code"] == "negative_value"
 
@@ -241,29 +242,10 @@ def test_a_wrong_content_type_is_refused(client: Client, contract: Any, agent: S
     )
 
 
-def _force_batch(agent: SigningAgent, records: list[dict[str, Any]]) -> bytes:
-    """Sign records that build_batch would refuse to build (an agent with a bug), to test the server."""
-    from treemeter_records import canonical_bytes, merkle_root_of, sign_header
-
-    lines = [canonical_bytes(r) for r in records]
-    header = {
-        "v": 1,
-        "agent_id": agent.agent_id,
-        "key_id": agent.key_row.key_id,
-        "first_seq": records[0]["seq"],
-        "last_seq": records[-1]["seq"],
-        "count": len(lines),
-        "merkle_root": merkle_root_of(lines).hex(),
-        "created_ns": 1,
-    }
-    envelope = canonical_bytes({"header": header, "signature": sign_header(header, agent.key)})
-    return b"\n".join([envelope, *lines])
-
-
-def test_force_batch_helper_signs_like_build_batch(contract: Any, agent: SigningAgent) -> None:
+def test_the_signing_helper_signs_like_build_batch(contract: Any, agent: SigningAgent) -> None:
     record = agent.record(contract)
     built = build_batch([record], agent.agent_id, agent.key, created_ns=1)
-    assert _force_batch(agent, [record]) + b"\n" == built.body()
+    assert signed(agent, [record]) + b"\n" == built.body()
     assert base64.b64decode(built.signature)
 
 

@@ -13,8 +13,7 @@ from hypothesis import strategies as st
 from ingest.models import IngestBatch
 from ledger.models import LogLeaf
 from tests.factories import ContractFactory, SigningAgent, signing_agent
-from tests.ingest.support import any_line, assert_stores_agree, post, stored_ids
-from tests.ingest.test_ingest_integrity import signed
+from tests.ingest.support import any_line, assert_stores_agree, post, signed, stored_ids
 from treemeter_records import RECORD_FIELDS, canonical_bytes
 
 pytestmark = [pytest.mark.django_db, pytest.mark.usefixtures("clickhouse")]

@@ -12,8 +12,7 @@ from django.test import Client
 from ingest.models import IngestBatch, RejectedRecord
 from ingest.rejections import REJECTED_ID_MAX
 from tests.factories import ContractFactory, SigningAgent, signing_agent
-from tests.ingest.support import assert_stores_agree, logged_ids, post
-from treemeter_records import canonical_bytes, merkle_root_of, sign_header
+from tests.ingest.support import assert_stores_agree, logged_ids, post, signed
 from treemeter_records.limits import FIELD_PATH_MAX, JSON_MAX_DEPTH, RECORD_ID_LENGTH
 
 pytestmark = [pytest.mark.django_db, pytest.mark.usefixtures("clickhouse")]
@@ -27,24 +26,6 @@ def contract() -> Any:
 @pytest.fixture
 def agent(contract: Any) -> SigningAgent:
     return signing_agent(contract)
-
-
-def signed(agent: SigningAgent, records: list[dict[str, Any]], lines: list[bytes] | None = None) -> bytes:
-    """Sign records that build_batch would refuse (an agent with a bug or an attacker's key), or the
-    raw `lines` given for them."""
-    lines = lines or [canonical_bytes(r) for r in records]
-    header = {
-        "v": 1,
-        "agent_id": agent.agent_id,
-        "key_id": agent.key_row.key_id,
-        "first_seq": records[0]["seq"],
-        "last_seq": records[-1]["seq"],
-        "count": len(lines),
-        "merkle_root": merkle_root_of(lines).hex(),
-        "created_ns": 1,
-    }
-    envelope = canonical_bytes({"header": header, "signature": sign_header(header, agent.key)})
-    return b"\n".join([envelope, *lines])
 
 
 @pytest.mark.parametrize("length", [37, 64, 65, 5000])

@@ -12,8 +12,7 @@ from django.test import Client
 
 from ingest.models import RejectedRecord
 from tests.factories import ContractFactory, SigningAgent, signing_agent
-from tests.ingest.support import any_line, assert_stores_agree, post
-from tests.ingest.test_ingest_integrity import signed
+from tests.ingest.support import any_line, assert_stores_agree, post, signed
 from treemeter_records.limits import FIELD_PATH_MAX, RECORD_ID_LENGTH, SLUG_MAX
 
 pytestmark = [pytest.mark.django_db, pytest.mark.usefixtures("clickhouse")]
