@@ -71,7 +71,7 @@ class ContractListView(generics.ListAPIView):
     serializer_class = ContractSerializer
 
     def get_queryset(self) -> QuerySet[Contract]:
-        return ContractFilter.narrow(visible_contracts(principal_of(self.request).tenant_id), self.request)
+        return ContractFilter.narrow(visible_contracts(principal_of(self.request)), self.request)
 
     def list(self, request: Request, *args: Any, **kwargs: Any) -> Response:
         page = self.paginate_queryset(self.get_queryset()) or []
@@ -86,7 +86,7 @@ class ContractDetailView(generics.RetrieveAPIView):
     lookup_field = "code"
 
     def get_queryset(self) -> QuerySet[Contract]:
-        return visible_contracts(principal_of(self.request).tenant_id)
+        return visible_contracts(principal_of(self.request))
 
     def retrieve(self, request: Request, *args: Any, **kwargs: Any) -> Response:
         contract = self.get_object()

@@ -15,10 +15,10 @@ from typing import Any
 
 from django.db import IntegrityError, transaction
 
+from accounts.access import Principal, scoped
 from ledger.selectors import LedgerLookupError
 from pricing.errors import BillingError
 from treemeter_records.timeutil import unix_nanos
-from webhooks.events import publish_dispute_updated
 
 from .evidence import Window, billed_usage, dispute_evidence, matching_records
 from .exports import period_ns
@@ -26,15 +26,17 @@ from .models import BillingExclusion, Dispute, DisputeEvent, Invoice, InvoiceLin
 from .rating import ZERO, PeriodUsage, SegmentUsage, rate_charge, rate_versions
 from .settlement import issue_note
 from .terms import Terms
+from .webhook_events import publish_dispute_updated
 
 
-def open_dispute(user: Any, line_id: int, reason: str, tenant: str | None) -> Dispute:
+def open_dispute(user: Any, line_id: int, reason: str, principal: Principal) -> Dispute:
     """A customer disputes one line of a finalised invoice; the evidence is attached at once.
 
     Retry: a line has at most one open dispute; opening it again answers 409 dispute_open.
     """
-    line = InvoiceLine.objects.select_related("invoice", "invoice__tenant").filter(pk=line_id).first()
-    if line is None or (tenant is not None and line.invoice.tenant.code != tenant):
+    lines = InvoiceLine.objects.select_related("invoice", "invoice__tenant").filter(pk=line_id)
+    line = scoped(lines, principal, "invoice__tenant").first()
+    if line is None:
         raise LedgerLookupError(404, "unknown_line", f"No invoice line {line_id}.")
     if not reason.strip():
         raise LedgerLookupError(400, "invalid_request", "Say why the line is disputed.")

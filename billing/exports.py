@@ -9,6 +9,7 @@ from typing import Any
 
 import orjson
 
+from accounts.access import Principal, scoped
 from agents.models import Agent
 from ingest.models import SequenceGap
 from ledger.merkle import multi_inclusion
@@ -24,11 +25,10 @@ from .terms import Terms
 EXPORT_FORMAT = "treemeter-invoice-export/1"
 
 
-def invoice_for(invoice_id: int, tenant: str | None) -> Invoice:
+def invoice_for(invoice_id: int, principal: Principal) -> Invoice:
+    """The invoice if the principal sees it, else 404 unknown_invoice."""
     rows = Invoice.objects.select_related("contract", "tenant").prefetch_related("lines")
-    if tenant is not None:
-        rows = rows.filter(tenant__code=tenant)
-    invoice = rows.filter(pk=invoice_id).first()
+    invoice = scoped(rows, principal).filter(pk=invoice_id).first()
     if invoice is None:
         raise LedgerLookupError(404, "unknown_invoice", f"No invoice {invoice_id}.")
     return invoice

@@ -22,10 +22,10 @@ from django.utils import timezone
 from accounts.models import Tenant
 from common.money import MINOR_UNITS
 from pricing.errors import BillingError, InvalidRequest
-from webhooks.events import publish_invoice_event
 
 from . import settlement
 from .models import ZERO, Invoice, Note, StripeCustomer, StripeNote, StripePayment
+from .webhook_events import publish_invoice_event
 
 # Worth retrying with the same idempotency key: Stripe unreachable, rate-limited or failing (5xx).
 TRANSIENT = (stripe.APIConnectionError, stripe.RateLimitError, stripe.APIError)

@@ -15,10 +15,10 @@ from django.utils import timezone
 
 from common.periods import month_bounds, month_of
 from contracts.models import NEVER_BILLED, Contract, prices_in_effect
-from webhooks.events import publish_quota_exhausted
 
 from .rating import PeriodUsage
 from .selectors import ContractMeter, usage_by_contract
+from .webhook_events import publish_quota_exhausted
 
 ZERO = Decimal(0)
 

@@ -21,7 +21,6 @@ from contracts.models import NEVER_BILLED, Contract
 from ingest.outbox import store_pending
 from pricing.dimensions import Dimension
 from pricing.errors import BillingError, TermsError
-from webhooks.events import publish_invoice_events
 
 from . import events, outcomes
 from .completeness import invoice_completeness
@@ -38,6 +37,7 @@ from .rating import PeriodUsage, RatedInvoice, RatedLine, rate_period
 from .selectors import credit_balance, latest_checkpoint, period_usage
 from .service_credits import record_service_credits, release_service_credits, select_service_credits
 from .terms import Terms, terms_of
+from .webhook_events import publish_invoice_events
 
 __all__ = ["BillingError", "TermsError", "generate_invoice"]
 

@@ -14,10 +14,10 @@ from django.utils import timezone
 
 from common.money import round_money
 from pricing.errors import BillingError
-from webhooks.events import publish_invoice_event
 
 from . import events
 from .models import Invoice, InvoiceLine, Note
+from .webhook_events import publish_invoice_event
 
 
 def mark_paid(invoice: Invoice, *, paid_at: datetime | None = None) -> Invoice:

@@ -8,12 +8,11 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 from datetime import datetime
 from decimal import Decimal
-from typing import TypeVar
 
-from django.db.models import Count, Model, Q, QuerySet
+from django.db.models import Count, Q, QuerySet
 from django.utils import timezone
 
-from accounts.access import Principal
+from accounts.access import Principal, scoped
 from billing.models import Dispute, Invoice, Note
 from billing.quotas import Quota
 from billing.quotas import quotas as contract_quotas
@@ -24,20 +23,14 @@ from entitlements.models import ApiKey, QuotaPeriod
 from sla.models import SlaReport
 from webhooks.models import WebhookDelivery, WebhookEndpoint
 
-M = TypeVar("M", bound=Model)
-
-
-def _scoped(rows: QuerySet[M], principal: Principal, field: str = "tenant") -> QuerySet[M]:
-    return rows if principal.is_staff else rows.filter(**{field: principal.tenant_id})
-
 
 def contracts(principal: Principal) -> QuerySet[Contract]:
-    return _scoped(Contract.objects.select_related("tenant", "package"), principal)
+    return scoped(Contract.objects.select_related("tenant", "package"), principal)
 
 
 def invoices(principal: Principal) -> QuerySet[Invoice]:
     rows = Invoice.objects.select_related("tenant", "contract", "contract__package")
-    return _scoped(rows, principal)
+    return scoped(rows, principal)
 
 
 def invoice_detail(principal: Principal, pk: int) -> Invoice | None:
@@ -46,22 +39,22 @@ def invoice_detail(principal: Principal, pk: int) -> Invoice | None:
 
 def notes(principal: Principal) -> QuerySet[Note]:
     rows = Note.objects.select_related("invoice", "invoice__tenant", "line")
-    return _scoped(rows, principal, "invoice__tenant")
+    return scoped(rows, principal, "invoice__tenant")
 
 
 def disputes(principal: Principal) -> QuerySet[Dispute]:
     rows = Dispute.objects.select_related("tenant", "invoice", "line", "credit_note")
-    return _scoped(rows.prefetch_related("events__actor"), principal)
+    return scoped(rows.prefetch_related("events__actor"), principal)
 
 
 def sla_reports(principal: Principal) -> QuerySet[SlaReport]:
     rows = SlaReport.objects.select_related("contract", "contract__tenant", "contract__package")
-    return _scoped(rows.order_by("-month", "contract__code"), principal, "contract__tenant")
+    return scoped(rows.order_by("-month", "contract__code"), principal, "contract__tenant")
 
 
 def api_keys(principal: Principal) -> QuerySet[ApiKey]:
     rows = ApiKey.objects.select_related("contract", "tenant").order_by("-created_at", "prefix")
-    return _scoped(rows, principal)
+    return scoped(rows, principal)
 
 
 def webhook_endpoints(principal: Principal) -> QuerySet[WebhookEndpoint]:
@@ -69,12 +62,12 @@ def webhook_endpoints(principal: Principal) -> QuerySet[WebhookEndpoint]:
     rows = WebhookEndpoint.objects.select_related("tenant").annotate(
         failed=Count("deliveries", filter=Q(deliveries__status=WebhookDelivery.Status.FAILED))
     )
-    return _scoped(rows, principal)
+    return scoped(rows, principal)
 
 
 def deliveries(principal: Principal) -> QuerySet[WebhookDelivery]:
     rows = WebhookDelivery.objects.select_related("event", "endpoint").prefetch_related("attempts")
-    return _scoped(rows, principal, "endpoint__tenant")
+    return scoped(rows, principal, "endpoint__tenant")
 
 
 def current_period(now: datetime | None = None) -> tuple[datetime, datetime]:

@@ -13,7 +13,7 @@ from rest_framework.permissions import IsAdminUser, IsAuthenticated
 from rest_framework.request import Request
 from rest_framework.response import Response
 
-from accounts.access import visible_tenant_ids
+from accounts.access import principal_of, scoped
 from common.errors import error_response
 from common.filters import ListFilter, code_filter
 from common.periods import parse_month
@@ -163,8 +163,7 @@ class CreditListView(generics.ListAPIView):
 
     def get_queryset(self):
         credits = ServiceCredit.objects.select_related("contract")
-        tenant_ids = visible_tenant_ids(self.request)
-        return credits if tenant_ids is None else credits.filter(contract__tenant_id__in=tenant_ids)
+        return scoped(credits, principal_of(self.request), "contract__tenant")
 
 
 class ExclusionSerializer(serializers.ModelSerializer):
@@ -197,8 +196,7 @@ class ExclusionListView(generics.ListCreateAPIView):
 
     def get_queryset(self):
         exclusions = Exclusion.objects.select_related("contract", "declared_by")
-        tenant_ids = visible_tenant_ids(self.request)
-        return exclusions if tenant_ids is None else exclusions.filter(contract__tenant_id__in=tenant_ids)
+        return scoped(exclusions, principal_of(self.request), "contract__tenant")
 
     def create(self, request: Request, *args: object, **kwargs: object) -> Response:
         serializer = ExclusionSerializer(data=request.data)
@@ -255,8 +253,7 @@ class AlertListView(generics.ListAPIView):
     serializer_class = AlertSerializer
 
     def get_queryset(self):
-        alerts = SlaAlert.objects.select_related("contract")
-        tenant_ids = visible_tenant_ids(self.request)
-        if tenant_ids is not None:
-            alerts = alerts.filter(contract__tenant_id__in=tenant_ids)
+        alerts = scoped(
+            SlaAlert.objects.select_related("contract"), principal_of(self.request), "contract__tenant"
+        )
         return AlertFilter.narrow(alerts, self.request)

@@ -162,3 +162,8 @@ def api_token_for(tenant: Tenant, role: str = Role.OWNER) -> str:
     owner = MembershipFactory.create(tenant=tenant, role=Role.OWNER)
     principal = Principal(tenant=tenant, role=Role.OWNER, user_id=owner.user_id)
     return issue_api_token(principal, role=role, name=f"{role} token").secret
+
+
+def customer(tenant_code: str, user_id: int | None = None, role: str = Role.OWNER) -> Principal:
+    """The principal of a customer of the tenant with this code (what a member's request acts as)."""
+    return Principal(tenant=Tenant.objects.get(code=tenant_code), role=role, user_id=user_id)

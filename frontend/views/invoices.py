@@ -65,7 +65,7 @@ def dispute_line(request: HttpRequest, principal: Principal, pk: int, line_pk: i
         return page(request, template, principal, "invoices", line=line, reason="")
     reason = request.POST.get("reason", "")
     try:
-        dispute = open_dispute(request.user, line.pk, reason, principal.tenant_code)
+        dispute = open_dispute(request.user, line.pk, reason, principal)
     except LedgerLookupError as error:
         # htmx swaps only 2xx answers: the fragment comes back 200 with the message in it.
         status = 200 if is_htmx(request) else error.status

@@ -7,13 +7,16 @@ of their `Membership`, in its role. An API token acts for its own tenant, in its
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, TypeVar
+
+from django.db.models import Model, QuerySet
 
 from common.errors import ApiError
 
 from .models import ApiToken, Membership, Role, Tenant
 
 STAFF = "staff"
+M = TypeVar("M", bound=Model)
 
 
 class NoTenant(ApiError):
@@ -72,13 +75,23 @@ def _resolve(request: Any) -> Principal:
     return Principal(tenant=membership.tenant, role=membership.role, user_id=user.pk)
 
 
-def visible_tenant_ids(request: Any) -> list[int] | None:
-    """None means every tenant (staff); otherwise the one tenant id the request acts for."""
-    principal = principal_of(request)
-    return None if principal.tenant_id is None else [principal.tenant_id]
+PLATFORM = Principal(tenant=None, role=STAFF, user_id=None)
+"""The platform acting for itself (management commands, tasks): like staff, it sees every tenant."""
+
+
+def scoped(rows: QuerySet[M], principal: Principal, tenant: str = "tenant") -> QuerySet[M]:
+    """The one way a read is narrowed to its caller: staff see every row, anyone else the rows whose
+    `tenant` lookup (the path to their Tenant, e.g. "contract__tenant") is their own tenant."""
+    return rows if principal.is_staff else rows.filter(**{tenant: principal.tenant_id})
 
 
 WRITE_ANY = (Role.OWNER, Role.BILLING, Role.DEVELOPER)
 WRITE_BILLING = (Role.OWNER, Role.BILLING)
 WRITE_DEVELOPER = (Role.OWNER, Role.DEVELOPER)
 WRITE_OWNER = (Role.OWNER,)
+
+
+def visible_tenant_ids(request: Any) -> list[int] | None:
+    """TEMPORARY until sla.selectors.reports_for moves to `scoped`."""
+    principal = principal_of(request)
+    return None if principal.tenant_id is None else [principal.tenant_id]

@@ -8,7 +8,7 @@ from django.utils import timezone
 
 from common.errors import ApiError
 
-from .access import Principal
+from .access import Principal, scoped
 from .models import ApiToken, Role, new_token_secret, token_digest
 
 
@@ -48,10 +48,7 @@ def issue_api_token(principal: Principal, *, role: str, name: str = "") -> Issue
 
 def revoke_api_token(principal: Principal, prefix: str) -> ApiToken:
     """Revoke one of the tenant's tokens; revoking twice answers the first revocation."""
-    rows = ApiToken.objects.filter(prefix=prefix)
-    if principal.tenant is not None:
-        rows = rows.filter(tenant=principal.tenant)
-    token = rows.first()
+    token = scoped(ApiToken.objects.filter(prefix=prefix), principal).first()
     if token is None:
         raise TokenNotFound("token_not_found", "No such API token.", {"prefix": prefix})
     if token.revoked_at is None:

@@ -76,7 +76,7 @@ class ApiKeyListView(generics.ListCreateAPIView):
     write_roles = WRITE_DEVELOPER
 
     def get_queryset(self) -> QuerySet[ApiKey]:
-        return ApiKeyFilter.narrow(visible_api_keys(principal_of(self.request).tenant_id), self.request)
+        return ApiKeyFilter.narrow(visible_api_keys(principal_of(self.request)), self.request)
 
     @extend_schema(request=ApiKeyRequestSerializer, responses={201: IssuedApiKeySerializer})
     def post(self, request: Request, *args: Any, **kwargs: Any) -> Response:
@@ -101,5 +101,5 @@ class ApiKeyRevokeView(APIView):
 
     @extend_schema(request=None, responses={200: ApiKeySerializer})
     def post(self, request: Request, prefix: str) -> Response:
-        api_key = revoke_api_key(prefix, tenant_id=principal_of(request).tenant_id)
+        api_key = revoke_api_key(prefix, principal_of(request))
         return Response(ApiKeySerializer(api_key).data)

@@ -7,6 +7,7 @@ from typing import Any
 
 from django.db.models import QuerySet
 
+from accounts.access import Principal, scoped
 from agents.models import AgentKey
 from agents.selectors import agent_scope
 from contracts.models import Contract
@@ -25,10 +26,9 @@ def _status(api_key: ApiKey) -> str:
     return "active"
 
 
-def visible_api_keys(tenant_id: int | None) -> QuerySet[ApiKey]:
-    """Every key for staff (None), else the tenant's own."""
-    keys = ApiKey.objects.select_related("tenant", "contract")
-    return keys if tenant_id is None else keys.filter(tenant_id=tenant_id)
+def visible_api_keys(principal: Principal) -> QuerySet[ApiKey]:
+    """The API keys the principal sees."""
+    return scoped(ApiKey.objects.select_related("tenant", "contract"), principal)
 
 
 def entitlement_snapshot(agent_key: AgentKey) -> dict[str, Any]:

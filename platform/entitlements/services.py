@@ -8,7 +8,7 @@ from dataclasses import dataclass
 from django.db import transaction
 from django.utils import timezone
 
-from accounts.access import Principal
+from accounts.access import PLATFORM, Principal, scoped
 from accounts.validators import validate_slug_code
 from common.errors import ApiError
 from contracts.models import Contract
@@ -73,10 +73,7 @@ def issue_tenant_api_key(
     name: str = "",
 ) -> IssuedKey:
     """A key for one of the principal's own contracts (staff: any); another tenant's contract is 404."""
-    contracts = Contract.objects.filter(code=contract_code)
-    if principal.tenant_id is not None:
-        contracts = contracts.filter(tenant_id=principal.tenant_id)
-    if not contracts.exists():
+    if not scoped(Contract.objects.filter(code=contract_code), principal).exists():
         raise UnknownContract(
             "contract_not_found", f"No contract {contract_code!r}.", {"contract": contract_code}
         )
@@ -85,11 +82,10 @@ def issue_tenant_api_key(
     )
 
 
-def revoke_api_key(prefix: str, *, tenant_id: int | None = None) -> ApiKey:
-    """Revoke a key: agents refuse it (403) from their next snapshot. Revoking twice keeps the first time.
-    `tenant_id`: only that tenant's keys (another tenant's is unknown); None: any (staff)."""
-    keys = ApiKey.objects.filter(prefix=prefix)
-    api_key = (keys if tenant_id is None else keys.filter(tenant_id=tenant_id)).first()
+def revoke_api_key(prefix: str, principal: Principal = PLATFORM) -> ApiKey:
+    """Revoke a key the principal sees (another tenant's is unknown): agents refuse it (403) from their next
+    snapshot. Revoking twice keeps the first time."""
+    api_key = scoped(ApiKey.objects.filter(prefix=prefix), principal).first()
     if api_key is None:
         raise UnknownApiKey("unknown_api_key", f"No API key starts with {prefix!r}.")
     if api_key.revoked_at is None:

@@ -48,7 +48,7 @@ class EndpointListView(generics.ListAPIView):
     write_roles = WRITE_DEVELOPER
 
     def get_queryset(self) -> QuerySet[WebhookEndpoint]:
-        return visible_endpoints(principal_of(self.request).tenant_id)
+        return visible_endpoints(principal_of(self.request))
 
     @extend_schema(request=EndpointSerializer, responses={201: CreatedEndpointSerializer})
     def post(self, request: Request) -> Response:
@@ -70,7 +70,7 @@ class EndpointDetailView(generics.RetrieveDestroyAPIView):
     write_roles = WRITE_DEVELOPER
 
     def get_queryset(self) -> QuerySet[WebhookEndpoint]:
-        return visible_endpoints(principal_of(self.request).tenant_id)
+        return visible_endpoints(principal_of(self.request))
 
     def patch(self, request: Request, pk: int) -> Response:
         endpoint = self.get_object()
@@ -127,9 +127,9 @@ class EndpointDeliveryListView(generics.ListAPIView):
     serializer_class = DeliverySerializer
 
     def get_queryset(self) -> QuerySet[WebhookDelivery]:
-        tenant_id = principal_of(self.request).tenant_id
-        endpoint = get_object_or_404(visible_endpoints(tenant_id), pk=self.kwargs["pk"])
-        return DeliveryFilter.narrow(visible_deliveries(tenant_id).filter(endpoint=endpoint), self.request)
+        principal = principal_of(self.request)
+        endpoint = get_object_or_404(visible_endpoints(principal), pk=self.kwargs["pk"])
+        return DeliveryFilter.narrow(visible_deliveries(principal).filter(endpoint=endpoint), self.request)
 
 
 class DeliveryReplayView(APIView):
@@ -139,6 +139,6 @@ class DeliveryReplayView(APIView):
 
     @extend_schema(request=None, responses={202: DeliverySerializer})
     def post(self, request: Request, pk: int) -> Response:
-        deliveries = visible_deliveries(principal_of(request).tenant_id)
+        deliveries = visible_deliveries(principal_of(request))
         replay_delivery(get_object_or_404(deliveries, pk=pk))
         return Response(DeliverySerializer(deliveries.get(pk=pk)).data, status=status.HTTP_202_ACCEPTED)

@@ -17,7 +17,7 @@ from contracts.models import ContractPrice
 from ledger.models import Checkpoint
 from ledger.services import publish_checkpoint
 from tests.billing.usage import at, send
-from tests.factories import ContractFactory, TenantFactory, UserFactory
+from tests.factories import ContractFactory, TenantFactory, UserFactory, customer
 from tests.finance.support import csv_rows, parquet_table, staff_client
 
 pytestmark = [pytest.mark.django_db, pytest.mark.usefixtures("clickhouse")]
@@ -47,11 +47,12 @@ def queue(clickhouse: None) -> dict[str, Any]:
     invoice = generate_invoice(contract.pk, *NOV)
     publish_checkpoint(Checkpoint.Reason.MANUAL)
     lines = {line.dimension: line for line in invoice.lines.all()}
-    customer = UserFactory.create(username="alice")
-    closed = open_dispute(customer, lines["requests"].pk, "earlier complaint", "acme")
+    alice = UserFactory.create(username="alice")
+    acme = customer("acme", alice.pk)
+    closed = open_dispute(alice, lines["requests"].pk, "earlier complaint", acme)
     resolve_dispute(None, closed.pk, "reject", "counts match the log")
-    old = open_dispute(customer, lines["requests"].pk, "we sent fewer requests", "acme")
-    new = open_dispute(customer, lines["tokens_in"].pk, "token count too high", "acme")
+    old = open_dispute(alice, lines["requests"].pk, "we sent fewer requests", acme)
+    new = open_dispute(alice, lines["tokens_in"].pk, "token count too high", acme)
     now = timezone.now()
     for dispute, days in ((old, 10), (new, 2), (closed, 20)):
         Dispute.objects.filter(pk=dispute.pk).update(opened_at=now - timedelta(days=days, hours=1))

@@ -11,6 +11,7 @@ import pyarrow as pa
 import pytest
 from django.contrib.auth.models import User
 
+from accounts.access import PLATFORM
 from billing.disputes import open_dispute, resolve_dispute
 from billing.evidence import Window
 from billing.selectors import period_usage
@@ -89,7 +90,7 @@ def october(clickhouse: None) -> dict[str, Any]:
     found["disputed"] = generate_invoice(disputed.pk, *OCT)
     publish_checkpoint(Checkpoint.Reason.MANUAL)
     line = found["disputed"].lines.get(dimension="requests")
-    dispute = open_dispute(ops, line.pk, "our gateway failed on the 20th", None)
+    dispute = open_dispute(ops, line.pk, "our gateway failed on the 20th", PLATFORM)
     resolve_dispute(
         ops,
         dispute.pk,

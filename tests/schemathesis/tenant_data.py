@@ -130,7 +130,12 @@ def build_tenant(label: str, *, records: int = RECORDS) -> TenantData:
     credit_note = issue_note(
         invoice, "credit", Decimal("0.01"), f"{label} goodwill", line=invoice.lines.first()
     )
-    dispute = open_dispute(users[Role.OWNER], line.pk, f"{label} disputes the request count", tenant.code)
+    dispute = open_dispute(
+        users[Role.OWNER],
+        line.pk,
+        f"{label} disputes the request count",
+        Principal(tenant, Role.OWNER, users[Role.OWNER].pk),
+    )
     outcome = declare_outcome(contract, f"{label}-outcome-1", "resolved_ticket", Decimal("1"), timezone.now())
     key = issue_api_key(contract_code=contract.code, sla_class="standard", name=f"{label} key")
     webhook, event, delivery = _webhook(tenant, label)

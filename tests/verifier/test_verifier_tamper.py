@@ -20,6 +20,7 @@ import pytest
 from django.conf import settings
 from django.test import Client
 
+from accounts.access import PLATFORM
 from billing.exports import invoice_for
 from clickhouse_store import query
 from ledger.models import Checkpoint, LogLeaf
@@ -289,5 +290,5 @@ def test_exports_are_scoped_to_the_tenant(client: Client) -> None:
     mallory = member_client(other, "mallory")
     response = mallory.get(f"/v1/ledger/invoices/{world.invoice_id}/export")
     assert (response.status_code, response.json()["code"]) == (404, "unknown_invoice")
-    assert invoice_for(world.invoice_id, None).pk == world.invoice_id
+    assert invoice_for(world.invoice_id, PLATFORM).pk == world.invoice_id
     assert NOV[0].month == 11

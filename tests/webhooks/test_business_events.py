@@ -18,15 +18,15 @@ from billing.disputes import open_dispute, resolve_dispute
 from billing.models import Invoice
 from billing.services import generate_invoice
 from billing.tasks import push_invoice_task
+from billing.webhook_events import publish_dispute_updated, publish_invoice_event
 from common.periods import month_bounds
 from contracts.models import Contract, ContractPrice
 from ledger.models import Checkpoint
 from ledger.services import publish_checkpoint
 from tests.billing.fake_stripe import FakeStripe, fake_stripe, signed
 from tests.billing.usage import at, forget_agents, send
-from tests.factories import ContractFactory, TenantFactory
+from tests.factories import ContractFactory, TenantFactory, customer
 from tests.webhooks.conftest import Receiver
-from webhooks.events import publish_dispute_updated, publish_invoice_event
 from webhooks.models import WebhookEndpoint, WebhookEvent
 from webhooks.signing import verify_signature
 
@@ -135,7 +135,7 @@ def test_dispute_updated_on_opening_and_resolution(
     line = invoice.lines.get(dimension="requests")
     staff = get_user_model().objects.create_user("finance", is_staff=True)
     with django_capture_on_commit_callbacks(execute=True):
-        dispute = open_dispute(None, line.pk, "We sent 3 requests", "acme")
+        dispute = open_dispute(None, line.pk, "We sent 3 requests", customer("acme"))
         publish_dispute_updated(dispute, "opened")
         dispute = resolve_dispute(staff, dispute.pk, "accept", "One was a retry", amount=Decimal("0.50"))
         publish_dispute_updated(dispute, "accepted")

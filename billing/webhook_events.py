@@ -1,11 +1,11 @@
-"""The business events Treemeter publishes, each with a stable event id (publishing is idempotent on it).
+"""The webhook events billing publishes, each built here from billing's own models and published with a
+stable event id (publishing is idempotent on it; the transport is `webhooks.services`).
 
 | type | event id |
 |---|---|
 | invoice.finalized, invoice.paid | `<type>:<invoice id>` |
 | dispute.updated | `dispute.updated:<dispute id>:<action>` (opened, rejected, accepted, excluded) |
 | quota.exhausted | `quota.exhausted:<contract>:<dimension>:<YYYY-MM>` |
-| quota.exhausted (API key, leases) | `quota.exhausted:<contract>:api_key:<prefix>:<YYYY-MM>` |
 """
 
 from __future__ import annotations
@@ -14,25 +14,28 @@ from collections.abc import Sequence
 from decimal import Decimal
 from typing import Any
 
-from .models import WebhookEvent
-from .services import Publication, publish_event, publish_events
+from contracts.models import Contract
+from webhooks.models import WebhookEvent
+from webhooks.services import Publication, publish_event, publish_events
+
+from .models import Dispute, Invoice
 
 QUANTITY = Decimal("0.000001")  # quantities as invoice lines store them
 
 
-def publish_invoice_event(event_type: str, invoice: Any) -> WebhookEvent:
-    """`invoice.finalized` or `invoice.paid` for a billing Invoice, to its tenant's endpoints."""
+def publish_invoice_event(event_type: str, invoice: Invoice) -> WebhookEvent:
+    """`invoice.finalized` or `invoice.paid`, to the invoice's tenant's endpoints."""
     return publish_event(event_type, invoice.tenant, _invoice_payload(invoice), f"{event_type}:{invoice.pk}")
 
 
-def publish_invoice_events(event_type: str, invoices: Sequence[Any]) -> list[WebhookEvent]:
+def publish_invoice_events(event_type: str, invoices: Sequence[Invoice]) -> list[WebhookEvent]:
     """`publish_invoice_event` for many invoices at once (an invoice run's chunk); the new events."""
     return publish_events(
         [Publication(event_type, i.tenant, _invoice_payload(i), f"{event_type}:{i.pk}") for i in invoices]
     )
 
 
-def _invoice_payload(invoice: Any) -> dict[str, Any]:
+def _invoice_payload(invoice: Invoice) -> dict[str, Any]:
     return {
         "invoice": invoice.pk,
         "number": invoice.number,
@@ -46,7 +49,7 @@ def _invoice_payload(invoice: Any) -> dict[str, Any]:
     }
 
 
-def publish_dispute_updated(dispute: Any, action: str) -> WebhookEvent:
+def publish_dispute_updated(dispute: Dispute, action: str) -> WebhookEvent:
     """`dispute.updated` when a dispute is opened or resolved (`action` says which)."""
     payload = {
         "dispute": dispute.pk,
@@ -60,7 +63,7 @@ def publish_dispute_updated(dispute: Any, action: str) -> WebhookEvent:
 
 
 def publish_quota_exhausted(
-    contract: Any, dimension: str, included: Decimal, used: Decimal, month: str
+    contract: Contract, dimension: str, included: Decimal, used: Decimal, month: str
 ) -> WebhookEvent:
     """`quota.exhausted`: a contract used up a dimension's included quantity in `month` (once per month)."""
     payload = {
