@@ -6,6 +6,7 @@ from django.db import models
 
 from accounts.validators import validate_slug_code
 from common.money import CURRENCY_CHOICES, DEFAULT_CURRENCY, MINOR_UNITS, round_money, validate_currency
+from pricing.charge_models import CHARGE_MODEL_CHOICES, PER_UNIT
 from pricing.errors import TermsError
 from pricing.validation import validate_charge
 
@@ -103,7 +104,7 @@ class PlanPrice(models.Model):
 
     plan = models.ForeignKey(PackagePlan, on_delete=models.CASCADE, related_name="prices")
     dimension = models.CharField(max_length=32, help_text="A Dimension value (pricing.dimensions).")
-    charge_model = models.CharField(max_length=16, default="per_unit")
+    charge_model = models.CharField(max_length=16, choices=CHARGE_MODEL_CHOICES, default=PER_UNIT)
     unit_price = models.DecimalField(
         max_digits=20, decimal_places=8, default=Decimal(0), validators=[MinValueValidator(0)]
     )
