@@ -67,6 +67,7 @@ class InvoiceSerializer(serializers.ModelSerializer):
             "tax",
             "total",
             "credits_applied",
+            "credit_notes",
             "amount_due",
             "lines",
         ]

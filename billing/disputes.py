@@ -22,7 +22,7 @@ from treemeter_records.timeutil import unix_nanos
 
 from .evidence import Window, billed_usage, dispute_evidence, matching_records
 from .exports import period_ns
-from .models import BillingExclusion, Dispute, DisputeEvent, Invoice, InvoiceLine
+from .models import SETTLED_DISPUTES, BillingExclusion, Dispute, DisputeEvent, Invoice, InvoiceLine
 from .rating import ZERO, PeriodUsage, SegmentUsage, rate_charge, rate_versions
 from .settlement import issue_note
 from .terms import Terms
@@ -32,7 +32,9 @@ from .webhook_events import publish_dispute_updated
 def open_dispute(user: Any, line_id: int, reason: str, principal: Principal) -> Dispute:
     """A customer disputes one line of a finalised invoice; the evidence is attached at once.
 
-    Retry: a line has at most one open dispute; opening it again answers 409 dispute_open.
+    Retry: a line has at most one open dispute; opening it again answers 409 dispute_open. A line a
+    dispute settled (accepted, or its records excluded) is not disputed again: 409 line_settled. A rejected
+    dispute leaves the line open to a new one.
     """
     lines = InvoiceLine.objects.select_related("invoice", "invoice__tenant").filter(pk=line_id)
     line = scoped(lines, principal, "invoice__tenant").first()
@@ -43,6 +45,11 @@ def open_dispute(user: Any, line_id: int, reason: str, principal: Principal) -> 
     invoice = line.invoice
     if invoice.status not in (Invoice.Status.FINALIZED, Invoice.Status.PAID):
         raise LedgerLookupError(409, "invoice_not_final", f"Invoice {invoice.pk} is {invoice.status}.")
+    settled = line.disputes.filter(status__in=SETTLED_DISPUTES).first()
+    if settled is not None:
+        raise LedgerLookupError(
+            409, "line_settled", f"Line {line_id} was settled by dispute {settled.pk} ({settled.status})."
+        )
     evidence = dispute_evidence(invoice, line)
     try:
         with transaction.atomic():

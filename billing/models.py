@@ -39,8 +39,18 @@ class Invoice(models.Model):
     )
     tax = models.DecimalField(max_digits=20, decimal_places=2, default=ZERO)
     total = models.DecimalField(max_digits=20, decimal_places=2, help_text="Gross: subtotal + exclusive tax.")
-    credits_applied = models.DecimalField(max_digits=20, decimal_places=2, default=ZERO)
-    amount_due = models.DecimalField(max_digits=20, decimal_places=2, default=ZERO)
+    credits_applied = models.DecimalField(
+        max_digits=20, decimal_places=2, default=ZERO, help_text="Prepaid credits spent at finalisation."
+    )
+    credit_notes = models.DecimalField(
+        max_digits=20, decimal_places=2, default=ZERO, help_text="The credit notes issued on it since."
+    )
+    amount_due = models.DecimalField(
+        max_digits=20,
+        decimal_places=2,
+        default=ZERO,
+        help_text="What is owed: total - credits applied - credit notes, at least 0.",
+    )
     issuing_entity = models.CharField(max_length=64, default="treemeter")
     # NULL until finalised, so that the unique (issuing_entity, number) allows many drafts.
     number = models.CharField(  # noqa: DJ001
@@ -68,7 +78,8 @@ class Invoice(models.Model):
         return self.number or f"{self.contract.code} {self.period_start:%Y-%m} ({self.status})"
 
     def save(self, *args: Any, **kwargs: Any) -> None:
-        """A finalised invoice is immutable: only its status and payment/void times may change."""
+        """A finalised invoice is immutable: only its status, payment/void times and what its credit notes
+        leave owing may change."""
         if self.pk is not None:
             stored = Invoice.objects.filter(pk=self.pk).values_list("status", flat=True).first()
             changing = set(kwargs.get("update_fields") or ["*"])
@@ -76,9 +87,14 @@ class Invoice(models.Model):
                 raise ValueError(f"Invoice {self.number} is {stored}: it cannot be changed.")
         super().save(*args, **kwargs)
 
+    def owe(self) -> None:
+        """Set `amount_due` from the total, the credits applied and the credit notes (debit notes are
+        documents of their own, charged on their own)."""
+        self.amount_due = max(self.total - self.credits_applied - self.credit_notes, ZERO)
+
 
 OPEN_STATUSES = (Invoice.Status.DRAFT, Invoice.Status.GRACE)
-MUTABLE_WHEN_FINAL = {"status", "paid_at", "voided_at"}
+MUTABLE_WHEN_FINAL = {"status", "paid_at", "voided_at", "credit_notes", "amount_due"}
 
 
 class InvoiceLine(models.Model):
@@ -391,6 +407,10 @@ class Dispute(models.Model):
 
     def __str__(self) -> str:
         return f"dispute {self.pk} on line {self.line_id}: {self.status}"
+
+
+SETTLED_DISPUTES = (Dispute.Status.ACCEPTED, Dispute.Status.EXCLUDED)
+"""Dispute statuses that settle their line: it is not disputed again (a rejected one leaves it open)."""
 
 
 class DisputeEvent(models.Model):

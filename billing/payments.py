@@ -50,13 +50,6 @@ def minor_units(amount: Decimal, currency: str) -> int:
     return int(amount.scaleb(MINOR_UNITS[currency]))
 
 
-def amount_to_charge(invoice: Invoice) -> Decimal:
-    """The amount due less the invoice's credit notes, never below zero. `amount_due` is frozen when the
-    invoice is finalised (total less prepaid credits); notes issued later do not change it."""
-    credited = invoice.notes.filter(kind=Note.Kind.CREDIT).aggregate(sum=Sum("amount"))["sum"] or ZERO
-    return max(invoice.amount_due - credited, ZERO)
-
-
 def _error_text(error: Exception) -> str:
     if isinstance(error, BillingError):
         return f"{error.code}: {error.message}"
@@ -84,7 +77,7 @@ def sync_customer(tenant: Tenant) -> StripeCustomer:
 
 
 def push_invoice(invoice: Invoice) -> StripePayment:
-    """Create the PaymentIntent for a finalised invoice's amount due less its credit notes. Idempotent:
+    """Create the PaymentIntent for a finalised invoice's amount due (after its credit notes). Idempotent:
     the key is the invoice number, and an invoice already pushed is returned as it is. Nothing left to
     charge (credited in full, or paid, before the push): no PaymentIntent, status `canceled`. Errors
     propagate after being recorded."""
@@ -96,7 +89,7 @@ def push_invoice(invoice: Invoice) -> StripePayment:
     if payment.payment_intent_id or payment.status == StripePayment.Status.CANCELED:
         return payment
     # Paid before its push: settled by credit notes (settlement.issue_note) or otherwise outside Stripe.
-    amount = ZERO if invoice.status == Invoice.Status.PAID else amount_to_charge(invoice)
+    amount = ZERO if invoice.status == Invoice.Status.PAID else invoice.amount_due
     if amount <= 0:
         payment.status, payment.amount, payment.last_error = StripePayment.Status.CANCELED, ZERO, ""
         payment.save()
@@ -214,7 +207,7 @@ def _send_credit_note(row: StripeNote, note: Note, payment: StripePayment | None
         )
         row.action, row.amount, row.stripe_id = StripeNote.Action.REFUND, note.amount, refund.id
     else:  # pushed, or its payment failed: the PaymentIntent is still open
-        amount = amount_to_charge(invoice)
+        amount = invoice.amount_due  # after every credit note issued so far
         if amount > 0:
             client().v1.payment_intents.update(
                 payment.payment_intent_id, {"amount": minor_units(amount, invoice.currency)}, key

@@ -39,6 +39,7 @@ TEXT = {
         "tax_inclusive": "Tax (included)",
         "total": "Total",
         "credits": "Prepaid credits",
+        "credit_notes": "Credit notes",
         "due": "Amount due",
         "checkpoint": "Ledger checkpoint",
         "none": "none (not yet provided by the ledger)",
@@ -63,6 +64,7 @@ TEXT = {
         "tax_inclusive": "税额（已含）",
         "total": "合计",
         "credits": "预付额度抵扣",
+        "credit_notes": "贷项通知单",
         "due": "应付金额",
         "checkpoint": "账本检查点",
         "none": "无（账本尚未提供）",
@@ -184,6 +186,8 @@ def render_invoice_pdf(invoice: Invoice, language: str = "en") -> bytes:
     ]
     if invoice.credits_applied:
         totals.append([t["credits"], "", "", f"-{invoice.credits_applied:,}"])
+    if invoice.credit_notes:
+        totals.append([t["credit_notes"], "", "", f"-{invoice.credit_notes:,}"])
     totals.append([t["due"], "", "", _money(invoice.amount_due, currency)])
     table = Table(rows + totals, colWidths=[85 * mm, 30 * mm, 30 * mm, 35 * mm], repeatRows=1)
     first_total = len(rows)

@@ -41,5 +41,8 @@ def invoice_table(invoice: Invoice) -> Group:
         )
         if invoice.credits_applied:
             table.add_row("Prepaid credits", "", "", f"-{invoice.credits_applied:,.2f}")
+        if invoice.credit_notes:
+            table.add_row("Credit notes", "", "", f"-{invoice.credit_notes:,.2f}")
+        if invoice.credits_applied or invoice.credit_notes:
             table.add_row("Amount due", "", "", f"{invoice.amount_due:,.2f}")
     return Group(title, table)

@@ -276,7 +276,7 @@ def set_final(
     """The fields finalisation sets on the (unsaved) invoice: credits, number, status, and what the
     terms pin: the credit allocation, the ledger checkpoint and the completeness statement."""
     invoice.credits_applied = applied
-    invoice.amount_due = invoice.total - applied
+    invoice.owe()
     invoice.terms = {**invoice.terms, "credit_allocation": allocation}
     invoice.number = number
     invoice.status = Invoice.Status.FINALIZED

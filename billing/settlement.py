@@ -68,9 +68,12 @@ def issue_note(
         note = Note.objects.create(
             invoice=invoice, line=line, kind=kind, number=number, reason=reason[:200], amount=amount
         )
+        if kind == "credit":
+            invoice.credit_notes += amount
+            invoice.owe()
+            invoice.save(update_fields=["credit_notes", "amount_due"])
         events.note_issued.send(sender=Note, note=note)
-        credited = sum((n.amount for n in [*notes, note] if n.kind == "credit"), Decimal(0))
-        if invoice.status == Invoice.Status.FINALIZED and kind == "credit" and credited >= invoice.amount_due:
+        if invoice.status == Invoice.Status.FINALIZED and kind == "credit" and invoice.amount_due == 0:
             # Nothing is left to collect: settled, as Stripe marks an invoice whose amount remaining
             # reaches zero paid. Its Stripe push (if any) finds nothing to charge.
             mark_paid(invoice)

@@ -45,6 +45,7 @@ def _invoice_payload(invoice: Invoice) -> dict[str, Any]:
         "period_end": invoice.period_end.isoformat(),
         "currency": invoice.currency,
         "total": str(invoice.total),
+        "credit_notes": f"{Decimal(invoice.credit_notes):.2f}",
         "amount_due": str(invoice.amount_due),
     }
 

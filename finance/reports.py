@@ -54,6 +54,7 @@ def invoices(selected: selectors.InvoiceFilter) -> Table:
         money("tax", pgettext_lazy("finance", "Tax")),
         money("total", pgettext_lazy("finance", "Total")),
         money("credits_applied", pgettext_lazy("finance", "Credits applied")),
+        money("credit_notes", pgettext_lazy("finance", "Credit notes")),
         money("amount_due", pgettext_lazy("finance", "Amount due")),
         Column("finalized_at", pgettext_lazy("finance", "Finalised at"), "timestamp"),
         Column("paid_at", pgettext_lazy("finance", "Paid at"), "timestamp"),
@@ -69,6 +70,7 @@ def invoice_totals(selected: selectors.InvoiceFilter) -> Table:
         money("tax", pgettext_lazy("finance", "Tax")),
         money("total", pgettext_lazy("finance", "Total")),
         money("credits_applied", pgettext_lazy("finance", "Credits applied")),
+        money("credit_notes", pgettext_lazy("finance", "Credit notes")),
         money("amount_due", pgettext_lazy("finance", "Amount due")),
     )
     return Table("finance-invoice-totals", columns, selectors.invoice_totals(selected))

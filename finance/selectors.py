@@ -67,6 +67,7 @@ def invoice_rows(selected: InvoiceFilter) -> list[dict[str, Any]]:
             "tax",
             "total",
             "credits_applied",
+            "credit_notes",
             "amount_due",
             "finalized_at",
             "paid_at",
@@ -91,6 +92,7 @@ def invoice_totals(selected: InvoiceFilter) -> list[dict[str, Any]]:
             tax=Sum("tax"),
             total=Sum("total"),
             credits_applied=Sum("credits_applied"),
+            credit_notes=Sum("credit_notes"),
             amount_due=Sum("amount_due"),
         )
         .order_by("currency")

@@ -7,7 +7,7 @@ from django.shortcuts import redirect
 
 from accounts.access import WRITE_BILLING, Principal
 from billing.disputes import open_dispute
-from billing.models import Dispute, Invoice, InvoiceLine
+from billing.models import SETTLED_DISPUTES, Dispute, Invoice, InvoiceLine
 from ledger.selectors import LedgerLookupError
 
 from .. import selectors
@@ -33,14 +33,16 @@ def invoice_detail(request: HttpRequest, principal: Principal, pk: int) -> HttpR
     invoice = selectors.invoice_detail(principal, pk)
     if invoice is None:
         raise Http404
-    open_lines = {d.line_id: d for d in invoice.disputes.all() if d.status == Dispute.Status.OPEN}
+    # The dispute a line shows: its open one, else the one that settled it (no new dispute then).
+    shown = {d.line_id: d for d in invoice.disputes.all() if d.status in SETTLED_DISPUTES}
+    shown.update({d.line_id: d for d in invoice.disputes.all() if d.status == Dispute.Status.OPEN})
     return page(
         request,
         "frontend/invoice.html",
         principal,
         "invoices",
         invoice=invoice,
-        lines=[(line, open_lines.get(line.pk)) for line in invoice.lines.all()],
+        lines=[(line, shown.get(line.pk)) for line in invoice.lines.all()],
         disputable=invoice.status in DISPUTABLE,
         can_dispute=principal.may_write(WRITE_BILLING),
     )

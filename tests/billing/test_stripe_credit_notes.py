@@ -150,7 +150,7 @@ def test_a_never_pushed_invoice_sends_nothing_and_its_push_nets_the_credit(strip
     assert stripe_api.requests == []
     assert row(note) == ("", "skipped", None, "", 1, "")
     invoice.refresh_from_db()
-    assert invoice.amount_due == D("1234.56")  # frozen at finalisation; the push subtracts credit notes
+    assert invoice.amount_due == D("1000.00")  # the credit note lowered what is owed; the push charges it
     intent_id = pushed(invoice)
     assert stripe_api.objects[intent_id]["amount"] == 100000
     assert StripePayment.objects.get(invoice=invoice).amount == D("1000.00")

@@ -91,7 +91,7 @@ def test_finance_rejects_with_the_evidence_and_cannot_resolve_twice(invoiced: di
     assert (again.status_code, again.json()["code"]) == (409, "already_resolved")
 
 
-def test_finance_accepts_in_part_then_in_full_with_credit_notes(invoiced: dict[str, Any]) -> None:
+def test_finance_accepts_in_part_and_the_line_is_settled(invoiced: dict[str, Any]) -> None:
     customer, finance = member_client(invoiced["contract"], "alice"), staff_client()
     line = invoiced["line"]
     first = customer.post(
@@ -104,15 +104,24 @@ def test_finance_accepts_in_part_then_in_full_with_credit_notes(invoiced: dict[s
     ).json()
     assert (partial["status"], partial["credited"]) == ("accepted", "0.05")
     assert partial["history"][-1]["detail"]["partial"] is True
-    second = customer.post("/v1/ledger/disputes", {"line": line.pk, "reason": "all"}, "application/json")
-    full = finance.post(
-        f"/v1/ledger/disputes/{second.json()['id']}/resolve", {"decision": "accept"}, "application/json"
-    ).json()
-    assert full["credited"] == "0.15"  # what the line had left after the first credit note
     notes = list(Note.objects.order_by("id").values_list("kind", "amount", "line_id"))
-    assert notes == [("credit", Decimal("0.05"), line.pk), ("credit", Decimal("0.15"), line.pk)]
-    third = customer.post("/v1/ledger/disputes", {"line": line.pk, "reason": "more"}, "application/json")
-    over = finance.post(
-        f"/v1/ledger/disputes/{third.json()['id']}/resolve", {"decision": "accept"}, "application/json"
+    assert notes == [("credit", Decimal("0.05"), line.pk)]
+    again = customer.post("/v1/ledger/disputes", {"line": line.pk, "reason": "all"}, "application/json")
+    assert (again.status_code, again.json()["code"]) == (409, "line_settled")
+
+
+def test_an_acceptance_credits_at_most_what_the_line_has_left(invoiced: dict[str, Any]) -> None:
+    customer, finance = member_client(invoiced["contract"], "alice"), staff_client()
+    opened = customer.post(
+        "/v1/ledger/disputes", {"line": invoiced["line"].pk, "reason": "all of it"}, "application/json"
     )
-    assert (over.status_code, over.json()["code"]) == (409, "invalid_amount")
+    over = finance.post(
+        f"/v1/ledger/disputes/{opened.json()['id']}/resolve",
+        {"decision": "accept", "amount": "0.25"},
+        "application/json",
+    )
+    assert (over.status_code, over.json()["code"]) == (409, "note_exceeds_line")
+    full = finance.post(
+        f"/v1/ledger/disputes/{opened.json()['id']}/resolve", {"decision": "accept"}, "application/json"
+    ).json()
+    assert full["credited"] == "0.20"  # the whole line, without an amount

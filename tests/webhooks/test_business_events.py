@@ -100,6 +100,7 @@ def test_a_paid_payment_intent_publishes_invoice_paid_once(
         "period_end": "2026-12-01T00:00:00+00:00",
         "currency": "CNY",
         "total": "2.00",
+        "credit_notes": "0.00",
         "amount_due": "2.00",
     }
 
