@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from zoneinfo import available_timezones
+from datetime import date, timedelta
+from zoneinfo import ZoneInfo, available_timezones
 
 from django.conf import settings
 from django.core.exceptions import ValidationError
@@ -225,6 +226,14 @@ class SlaReport(models.Model):
 
     def __str__(self) -> str:
         return f"{self.contract.code} {self.month}"
+
+    @property
+    def local_days(self) -> tuple[date, date]:
+        """The window's first and last day in the report's time zone (the stored bounds are UTC instants
+        and the end is exclusive): what "1 – 31 December (Asia/Shanghai)" means."""
+        zone = ZoneInfo(self.time_zone)
+        last = self.period_end - timedelta(microseconds=1)
+        return self.period_start.astimezone(zone).date(), last.astimezone(zone).date()
 
 
 class ServiceCredit(models.Model):

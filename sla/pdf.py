@@ -11,6 +11,7 @@ from html import escape
 from io import BytesIO
 
 from reportlab.graphics.charts.barcharts import VerticalBarChart
+from reportlab.graphics.charts.legends import Legend
 from reportlab.graphics.shapes import Drawing
 from reportlab.lib import colors
 from reportlab.lib.pagesizes import A4
@@ -86,25 +87,50 @@ LABELS = {
 }
 
 
+SERIES_COLOURS = ("#33aa77", "#3366cc", "#dd8833", "#aa44aa", "#888888")
+
+
+def daily_series(report: SlaReport) -> list[list[float | None]]:
+    """Each objective's daily percentage, in the report's objective order; None for a day without
+    traffic (no bar: nothing was measured, which is not 100 %)."""
+    series = []
+    for objective in report.objectives:
+        values: list[float | None] = []
+        for day in report.daily:
+            percent = day["objectives"].get(objective["name"], {}).get("percent")
+            values.append(None if percent is None else float(percent))
+        series.append(values)
+    return series
+
+
 def _daily_chart(report: SlaReport, font: str) -> Drawing:
-    """Bars of the first objective's daily percentage (days without traffic at 100 %)."""
-    drawing = Drawing(170 * mm, 55 * mm)
+    """Grouped bars: one series per objective, one group per local day, with a legend."""
+    drawing = Drawing(170 * mm, 62 * mm)
     chart = VerticalBarChart()
     chart.x, chart.y, chart.width, chart.height = 12 * mm, 8 * mm, 150 * mm, 42 * mm
-    name = report.objectives[0]["name"] if report.objectives else None
-    values = []
-    for day in report.daily:
-        percent = day["objectives"].get(name, {}).get("percent") if name else None
-        values.append(100.0 if percent is None else float(percent))
-    chart.data = [values or [0.0]]
-    low = min(values, default=100.0)
-    chart.valueAxis.valueMin = max(0.0, min(low, 99.0) - 1)
+    series = daily_series(report)
+    measured = [v for values in series for v in values if v is not None]
+    chart.data = series or [[0.0]]
+    chart.valueAxis.valueMin = max(0.0, min(min(measured, default=100.0), 99.0) - 1)
     chart.valueAxis.valueMax = 100.0
     chart.categoryAxis.categoryNames = [d["day"][-2:] for d in report.daily]
     chart.categoryAxis.labels.fontName = chart.valueAxis.labels.fontName = font
     chart.categoryAxis.labels.fontSize = 6
-    chart.bars[0].fillColor = colors.HexColor("#33aa77")
+    chart.barSpacing, chart.groupSpacing = 0, 2
+    legend = Legend()
+    legend.x, legend.y = 14 * mm, 58 * mm
+    legend.fontName, legend.fontSize, legend.columnMaximum = font, 7, 1
+    legend.deltax, legend.dx, legend.dy = 45 * mm, 6, 6
+    legend.alignment = "right"
+    pairs = []
+    for k, objective in enumerate(report.objectives):
+        colour = colors.HexColor(SERIES_COLOURS[k % len(SERIES_COLOURS)])
+        chart.bars[k].fillColor = colour
+        chart.bars[k].strokeColor = None
+        pairs.append((colour, f"{objective['name']} ({objective['layer']})"))
+    legend.colorNamePairs = pairs
     drawing.add(chart)
+    drawing.add(legend)
     return drawing
 
 
@@ -126,11 +152,13 @@ def render_report_pdf(report: SlaReport, language: str) -> bytes:
         ]
     )
     status = text["final"] if report.status == SlaReport.Status.FINAL else text["provisional"]
+    first, last = report.local_days
     story: list = [
         Paragraph(f"{text['title']}: {report.contract.code} · {report.month}", heading),
         Paragraph(
-            f"{text['window']}: {report.period_start:%Y-%m-%d %H:%M} – "
-            f"{report.period_end:%Y-%m-%d %H:%M} UTC ({report.time_zone}) · {text['status']}: {status}",
+            f"{text['window']}: {first:%Y-%m-%d} – {last:%Y-%m-%d} ({report.time_zone}; "
+            f"{report.period_start:%Y-%m-%d %H:%M} – {report.period_end:%Y-%m-%d %H:%M} UTC) · "
+            f"{text['status']}: {status}",
             body,
         ),
         Paragraph(text["requests"], subheading),

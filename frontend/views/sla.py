@@ -24,5 +24,5 @@ def report_detail(request: HttpRequest, principal: Principal, pk: int) -> HttpRe
     if report is None:
         raise Http404
     return page(
-        request, "frontend/sla_report.html", principal, "sla", report=report, chart=daily_chart(report.daily)
+        request, "frontend/sla_report.html", principal, "sla", report=report, chart=daily_chart(report)
     )
