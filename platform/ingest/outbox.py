@@ -14,12 +14,10 @@ from functools import partial
 from clickhouse_connect.driver.exceptions import ClickHouseError
 from django.db import DatabaseError, transaction
 
-from clickhouse_store import query
+from clickhouse_store.queries.records import insert_record_lines
 
 from .events import records_stored
 from .models import PendingInsert
-
-RECORDS_TABLE = "usage_records"
 
 
 class StoreUnavailable(Exception):
@@ -74,7 +72,7 @@ def _store(pk: int, contents: Callable[[], Committed]) -> int:
         if not PendingInsert.objects.select_for_update().filter(pk=pk).values_list("pk", flat=True):
             return 0
         row = contents()
-        query.insert_json_lines(RECORDS_TABLE, row.lines, dedup_token=row.dedup_token)
+        insert_record_lines(row.lines, row.dedup_token)
         PendingInsert.objects.filter(pk=pk).delete()
     records_stored.send(sender=PendingInsert, tenants=row.tenants)
     return 1

@@ -2,8 +2,9 @@
 
 Every query reads an hourly rollup (`usage_hourly`, `usage_experts_daily`; clickhouse_store.schema)
 when the period's bounds fall on its grain, and otherwise computes the same rollup on the fly from the
-deduplicated raw records (`query.RECORDS`) restricted to the exact period. Both paths then run the same
-outer query, so they answer alike; tests/usage prove the stored rollups equal the raw records.
+deduplicated raw records restricted to the exact period. Both paths then run the same outer query
+(clickhouse_store.queries.usage), so they answer alike; tests/usage prove the stored rollups equal the
+raw records.
 
 Duplicates: ingest keeps copies out of usage_records (per-agent sequence ranges; a retried insert is
 dropped by its insert_deduplication_token, and the rollup tables keep the same deduplication window,
@@ -20,23 +21,16 @@ from __future__ import annotations
 
 from collections import defaultdict
 from collections.abc import Iterable
-from dataclasses import dataclass
-from datetime import UTC, date, datetime, time, timedelta
+from dataclasses import asdict, dataclass
+from datetime import UTC, date, datetime, timedelta
 from decimal import ROUND_HALF_UP, Decimal
 from typing import Any
 
 from django.db.models import QuerySet
 
 from accounts.access import Principal
-from clickhouse_store import query
-from clickhouse_store.schema import (
-    LATENCY_QUANTILES,
-    USAGE_EXPERTS_DAILY,
-    USAGE_HOURLY,
-    USAGE_HOURLY_SUMS,
-    usage_experts_daily_select,
-    usage_hourly_select,
-)
+from clickhouse_store.queries import usage as usage_sql
+from clickhouse_store.queries.usage import UsageScope
 from contracts.models import Contract
 from sla.models import Objective
 from sla.terms import policies_for
@@ -59,7 +53,8 @@ BREAKDOWN_DIMENSIONS: dict[str, tuple[str, Decimal, int]] = {
     "expert_cache_misses": ("expert_cache_misses", Decimal(1), 0),
 }
 INTERVALS: dict[str, timedelta] = {"hour": timedelta(hours=1), "day": timedelta(days=1)}
-BREAKDOWN_KEYS: dict[str, str] = {"contract": "contract", "package": "package", "day": "toDate(hour)"}
+assert INTERVALS.keys() == usage_sql.BUCKETS.keys()  # each interval has its bucket in ClickHouse
+BREAKDOWN_KEYS: tuple[str, ...] = tuple(usage_sql.BREAKDOWN_KEYS)  # contract, package, day
 LATENCY_LAYERS: dict[str, str] = {"L1": "lat_l1", "L2": "lat_l2", "L3": "lat_l3", "total": "lat_total"}
 SLA_LAYERS = {"e2e": "total", "l1": "L1", "l2": "L2", "l3": "L3"}
 PERCENTILES = ("p50_ms", "p95_ms", "p99_ms")  # the order of schema.LATENCY_QUANTILES
@@ -69,61 +64,18 @@ MS_PLACES = Decimal("0.001")
 
 
 @dataclass(frozen=True)
-class UsageFilter:
-    """Which records a dashboard query covers: a tenant (None = every tenant, staff only), optionally
-    one contract and one package, over [start, end) in UTC."""
+class UsageFilter(UsageScope):
+    """Which records a dashboard query covers (`UsageScope`: a tenant, optionally one contract and one
+    package, over [start, end) in UTC), and whether the stored rollups may answer it."""
 
-    tenant: str | None
-    start: datetime
-    end: datetime
-    contract: str | None = None
-    package: str | None = None
     # False: always compute from the raw records (to compare or time both paths).
     rollups: bool = True
-    # True: the caller named a tenant it cannot see; no record counts (common.filters' rule).
-    matches_nothing: bool = False
 
     def on_grain(self, grain: timedelta) -> bool:
         """Whether the stored rollups may answer: both bounds fall on their grain (hour or day)."""
         epoch = datetime(1970, 1, 1, tzinfo=UTC)
         bounds = (self.start, self.end)
         return self.rollups and all((instant - epoch) % grain == timedelta(0) for instant in bounds)
-
-    def conditions(self, time_column: str, time_type: str) -> tuple[str, dict[str, Any]]:
-        """A WHERE condition and its bound parameters (the SQL text holds our own constants only)."""
-        parts = [f"{time_column} >= {{start:{time_type}}}", f"{time_column} < {{end:{time_type}}}"]
-        if self.matches_nothing:
-            parts.append("0")
-        params: dict[str, Any] = {"start": self.start, "end": self.end}
-        for column, value in (
-            ("tenant", self.tenant),
-            ("contract", self.contract),
-            ("package", self.package),
-        ):
-            if value is not None:
-                parts.append(f"{column} = {{{column}:String}}")
-                params[column] = value
-        return " AND ".join(parts), params
-
-
-def _hourly_source(usage: UsageFilter, *, served_only: bool = False) -> tuple[str, dict[str, Any], bool]:
-    """FROM clause with hourly rows (stored rollup or computed from raw), its params, and whether it is
-    the stored rollup. `served_only`: the rows of served (`ok`) requests only."""
-    served = " AND status = 'ok'" if served_only else ""
-    if usage.on_grain(INTERVALS["hour"]):
-        where, params = usage.conditions("hour", "DateTime('UTC')")
-        return f"{USAGE_HOURLY} WHERE {where}{served}", params, True
-    where, params = usage.conditions("start_time", "DateTime64(9, 'UTC')")
-    return f"({usage_hourly_select(query.RECORDS, where + served)})", params, False
-
-
-def _experts_source(usage: UsageFilter) -> tuple[str, dict[str, Any], bool]:
-    if usage.on_grain(INTERVALS["day"]):
-        where, params = usage.conditions("day", "Date")
-        params.update(start=usage.start.date(), end=usage.end.date())
-        return f"{USAGE_EXPERTS_DAILY} WHERE {where}", params, True
-    where, params = usage.conditions("start_time", "DateTime64(9, 'UTC')")
-    return f"({usage_experts_daily_select(query.RECORDS, where)})", params, False
 
 
 def _fixed(value: Decimal, places: int) -> str:
@@ -153,10 +105,6 @@ def _buckets(usage: UsageFilter, interval: str) -> list[datetime]:
     return buckets
 
 
-def _bucket_sql(interval: str) -> str:
-    return "toStartOfDay(hour, 'UTC')" if interval == "day" else "hour"
-
-
 @dataclass(frozen=True)
 class Answer:
     """A dashboard answer and whether it came from the stored rollups."""
@@ -168,12 +116,8 @@ class Answer:
 def timeseries(usage: UsageFilter, dimension: str, interval: str) -> Answer:
     """Per package, the dimension's total per hour or day, zero-filled, as decimal strings."""
     column, divisor, places = DIMENSIONS[dimension]
-    source, params, rollup = _hourly_source(usage)
-    rows = query.select(
-        f"SELECT package, {_bucket_sql(interval)} AS bucket, sum({column}) FROM {source} "  # noqa: S608
-        "GROUP BY package, bucket ORDER BY package, bucket",
-        params,
-    )
+    rollup = usage.on_grain(INTERVALS["hour"])
+    rows = usage_sql.package_series(usage, column, interval, stored=rollup)
     totals: dict[str, dict[datetime, int]] = defaultdict(dict)
     for package, bucket, value in rows:
         totals[package][assume_utc(bucket)] = value
@@ -192,12 +136,8 @@ def timeseries(usage: UsageFilter, dimension: str, interval: str) -> Answer:
 
 def experts(usage: UsageFilter) -> Answer:
     """Tokens routed to each (layer, expert): the activation heatmap."""
-    source, params, rollup = _experts_source(usage)
-    rows = query.select(
-        f"SELECT layer, expert, sum(tokens) FROM {source} "  # noqa: S608
-        "GROUP BY layer, expert ORDER BY layer, expert",
-        params,
-    )
+    rollup = usage.on_grain(INTERVALS["day"])
+    rows = usage_sql.expert_tokens(usage, stored=rollup)
     cells = [[int(layer), int(expert), int(tokens)] for layer, expert, tokens in rows]
     return Answer(
         {
@@ -211,12 +151,8 @@ def experts(usage: UsageFilter) -> Answer:
 
 def routing(usage: UsageFilter, interval: str) -> Answer:
     """Average routing hops per request and expert-cache hit rate, per bucket and in total."""
-    source, params, rollup = _hourly_source(usage)
-    rows = query.select(
-        f"SELECT {_bucket_sql(interval)} AS bucket, sum(requests), sum(hops), "  # noqa: S608
-        f"sum(expert_cache_hits), sum(expert_cache_misses) FROM {source} GROUP BY bucket ORDER BY bucket",
-        params,
-    )
+    rollup = usage.on_grain(INTERVALS["hour"])
+    rows = usage_sql.routing_series(usage, interval, stored=rollup)
     points = []
     total = [0, 0, 0, 0]
     for bucket, requests, hops, hits, misses in rows:
@@ -244,10 +180,8 @@ def _ms(micros: float) -> str:
 def latency(usage: UsageFilter) -> Answer:
     """p50/p95/p99 latency per layer and end to end of served requests (the SLA objectives to draw
     against them come from `latency_objectives`)."""
-    source, params, rollup = _hourly_source(usage, served_only=True)
-    merges = ", ".join(f"quantilesMerge({LATENCY_QUANTILES})({c})" for c in LATENCY_LAYERS.values())
-    (row,) = query.select(f"SELECT sum(requests), {merges} FROM {source}", params)  # noqa: S608
-    served, *states = row
+    rollup = usage.on_grain(INTERVALS["hour"])
+    served, states = usage_sql.served_latency_quantiles(usage, list(LATENCY_LAYERS.values()), stored=rollup)
     layers = {
         layer: {
             name: (_ms(value) if served else None) for name, value in zip(PERCENTILES, values, strict=True)
@@ -284,12 +218,9 @@ def latency_objectives(contracts: Iterable[Contract]) -> list[dict[str, Any]]:
 
 def breakdown(usage: UsageFilter, by: str) -> Answer:
     """Totals of every dimension per contract, package or UTC day, as decimal strings."""
-    source, params, rollup = _hourly_source(usage)
-    sums = ", ".join(f"sum({column})" for column, _, _ in BREAKDOWN_DIMENSIONS.values())
-    rows = query.select(
-        f"SELECT {BREAKDOWN_KEYS[by]} AS key, {sums} FROM {source} GROUP BY key ORDER BY key",  # noqa: S608
-        params,
-    )
+    rollup = usage.on_grain(INTERVALS["hour"])
+    columns = [column for column, _, _ in BREAKDOWN_DIMENSIONS.values()]
+    rows = usage_sql.breakdown_sums(usage, by, columns, stored=rollup)
     out = []
     for key, *values in rows:
         entry: dict[str, Any] = {"key": key.isoformat() if isinstance(key, date) else key}
@@ -303,41 +234,7 @@ def breakdown(usage: UsageFilter, by: str) -> Answer:
 def rollup_differences(start: date, end: date) -> list[dict[str, Any]]:
     """(tenant, contract, day) keys over [start, end) whose stored hourly rollup differs from the raw
     records (compared on every summed column), with both sides; [] when they agree."""
-    columns = [name for name, _ in USAGE_HOURLY_SUMS]
-    sums = ", ".join(f"sum({c}) AS {c}" for c in columns)
-    raw_rows = usage_hourly_select(
-        query.RECORDS,
-        "start_time >= {start_time:DateTime64(9, 'UTC')} AND start_time < {end_time:DateTime64(9, 'UTC')}",
-    )
-    stored, raw = (
-        f"SELECT tenant, contract, toDate(hour) AS day, {sums} FROM ({source}) "  # noqa: S608
-        "WHERE day >= {start:Date} AND day < {end:Date} GROUP BY tenant, contract, day"
-        for source in (f"SELECT * FROM {USAGE_HOURLY}", raw_rows)  # noqa: S608
-    )
-    differs = " OR ".join(f"s.{c} != r.{c}" for c in columns)
-    sql = (
-        f"SELECT tenant, contract, day, {', '.join(f's.{c}' for c in columns)}, "  # noqa: S608
-        f"{', '.join(f'r.{c}' for c in columns)} "
-        f"FROM ({stored}) AS s FULL OUTER JOIN ({raw}) AS r USING (tenant, contract, day) "
-        f"WHERE {differs} ORDER BY tenant, contract, day"
-    )
-    params = {
-        "start": start,
-        "end": end,
-        "start_time": datetime.combine(start, time(), UTC),
-        "end_time": datetime.combine(end, time(), UTC),
-    }
-    width = len(columns)
-    return [
-        {
-            "tenant": tenant,
-            "contract": contract,
-            "day": day,
-            "rollup": dict(zip(columns, values[:width], strict=True)),
-            "raw": dict(zip(columns, values[width:], strict=True)),
-        }
-        for tenant, contract, day, *values in query.select(sql, params)
-    ]
+    return [asdict(difference) for difference in usage_sql.rollup_differences(start, end)]
 
 
 def scoped_filter(

@@ -19,8 +19,8 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 from billing.presentation import invoice_table
 from billing.selectors import invoice_with_lines
 from billing.services import generate_invoice
-from clickhouse_store import query
 from clickhouse_store.migrator import apply_migrations
+from clickhouse_store.queries.records import count_records
 from common.money import round_money
 from demo.agent import RunningAgent, start_agent
 from demo.server import start_api_server
@@ -147,12 +147,7 @@ class Command(BaseCommand):
         while datetime.now(UTC) < period_end:
             time.sleep(0.05)
         for contract in setup.contracts:
-            records, served = query.select(
-                f"SELECT count(), countIf(status = 'ok') FROM {query.RECORDS} "  # noqa: S608 - constant table name
-                "WHERE contract = {contract:String} AND start_time >= {start:DateTime64(9, 'UTC')} "
-                "AND start_time < {end:DateTime64(9, 'UTC')}",
-                {"contract": contract.code, "start": period_start, "end": period_end},
-            )[0]
+            records, served = count_records(contract.code, period_start, period_end)
             invoice = invoice_with_lines(generate_invoice(contract.pk, period_start, period_end).pk)
             console.print(invoice_table(invoice))
             console.print(

@@ -1,0 +1,61 @@
+"""The usage records themselves: ingest's insert, the records of a contract read back (for proofs
+and exports), and the demo's count."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Iterator
+from datetime import datetime
+from typing import Any
+
+import orjson
+
+from .. import query
+from ..schema import RECORD_FIELDS, USAGE_RECORDS
+
+_COLUMNS = ", ".join("toString(record_id)" if name == "record_id" else name for name in RECORD_FIELDS)
+_PERIOD_SQL = (
+    f"SELECT {_COLUMNS} FROM {query.RECORDS} "  # noqa: S608 - constant table and column names
+    "WHERE tenant = {tenant:String} AND contract = {contract:String} "
+    "AND start_ns >= {start:Int64} AND start_ns < {end:Int64}"
+)
+
+
+def insert_record_lines(body: bytes, dedup_token: str) -> None:
+    """Insert a batch's accepted records, JSON lines of usage record format v1, into usage_records.
+    A repeat with the same `dedup_token` is dropped by the engine."""
+    query.insert_json_lines(USAGE_RECORDS, body, dedup_token=dedup_token)
+
+
+def _named(item: Any, names: tuple[str, ...]) -> dict[str, Any]:
+    """A named tuple column comes back as a dict or a tuple, depending on the client's settings."""
+    if isinstance(item, dict):
+        return {name: item[name] for name in names}
+    return dict(zip(names, item, strict=True))
+
+
+def _record_from_row(row: Iterable[Any]) -> dict[str, Any]:
+    record = dict(zip(RECORD_FIELDS, row, strict=True))
+    record["hops"] = [_named(h, ("layer", "node", "latency_us")) for h in record["hops"]]
+    record["experts"] = [_named(e, ("layer", "expert", "tokens")) for e in record["experts"]]
+    record["outcome"] = orjson.loads(record["outcome"]) if record["outcome"] else None
+    return record
+
+
+def stored_records(tenant: str, contract: str, start_ns: int, end_ns: int) -> Iterator[dict[str, Any]]:
+    """The stored records (FINAL: each once) of a contract with start_ns in [start_ns, end_ns), as
+    record format v1 dicts. The query runs now; each row becomes a dict only as it is iterated."""
+    rows = query.select(
+        _PERIOD_SQL, {"tenant": tenant, "contract": contract, "start": start_ns, "end": end_ns}
+    )
+    return (_record_from_row(row) for row in rows)
+
+
+def count_records(contract: str, start: datetime, end: datetime) -> tuple[int, int]:
+    """(records, served records) of a contract with start_time in [start, end)."""
+    records, served = query.select(
+        f"SELECT count(), countIf(status = 'ok') FROM {query.RECORDS} "  # noqa: S608 - constant table name
+        "WHERE contract = {contract:String} AND start_time >= {start:DateTime64(9, 'UTC')} "
+        "AND start_time < {end:DateTime64(9, 'UTC')}",
+        {"contract": contract, "start": start, "end": end},
+    )[0]
+    return records, served
