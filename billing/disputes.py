@@ -72,6 +72,11 @@ def open_dispute(user: Any, line_id: int, reason: str, principal: Principal) -> 
     return dispute
 
 
+def line_left_to_credit(line: InvoiceLine) -> Decimal:
+    """What an acceptance without an amount credits: the line's amount less its earlier credit notes."""
+    return line.amount - sum((n.amount for n in line.notes.filter(kind="credit")), Decimal(0))
+
+
 def resolve_dispute(
     user: Any,
     dispute_id: int,
@@ -114,11 +119,7 @@ def resolve_dispute(
         if decision == "customer_dependency":
             return _exclude_records(user, dispute, comment, record_ids, window)
         line = dispute.line
-        credit = (
-            line.amount - sum((n.amount for n in line.notes.filter(kind="credit")), Decimal(0))
-            if amount is None
-            else amount
-        )
+        credit = line_left_to_credit(line) if amount is None else amount
         try:
             note = issue_note(
                 dispute.invoice, "credit", credit, f"Dispute {dispute.pk}: {comment}", line=line

@@ -13,8 +13,14 @@ from accounts.access import Principal, scoped
 from agents.models import Agent
 from ingest.models import SequenceGap
 from ledger.merkle import multi_inclusion
-from ledger.models import LogBatch, LogLeaf
-from ledger.selectors import LedgerLookupError, b64, checkpoint_of_size, consistency_entry
+from ledger.models import Checkpoint, LogBatch, LogLeaf
+from ledger.selectors import (
+    LedgerLookupError,
+    b64,
+    checkpoint_of_size,
+    consistency_entry,
+    covering_checkpoint,
+)
 from ledger.store import stored_lines
 from ledger.tree import StoredTree
 from treemeter_records.timeutil import unix_nanos
@@ -172,6 +178,12 @@ def export_body(manifest: dict[str, Any], lines: list[bytes]) -> bytes:
 
 def period_ns(invoice: Invoice) -> tuple[int, int]:
     return unix_nanos(invoice.period_start), unix_nanos(invoice.period_end)
+
+
+def invoice_checkpoint(invoice: Invoice) -> Checkpoint | None:
+    """The signed checkpoint that covers every logged record the invoice bills: the one a customer checks
+    its records against (the checkpoint pinned at finalisation may predate the last of them)."""
+    return covering_checkpoint(invoice.tenant.code, invoice.contract.code, *period_ns(invoice))
 
 
 def agent_batches(

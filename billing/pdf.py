@@ -18,8 +18,10 @@ from reportlab.lib.units import mm
 from reportlab.platypus import Paragraph, SimpleDocTemplate, Spacer, Table, TableStyle
 
 from common.cjk_font import register_cjk_font
+from ledger.selectors import b64
 from pricing.errors import InvalidRequest
 
+from .exports import invoice_checkpoint
 from .models import Invoice, InvoiceLine
 
 TEXT = {
@@ -42,7 +44,7 @@ TEXT = {
         "credit_notes": "Credit notes",
         "due": "Amount due",
         "checkpoint": "Ledger checkpoint",
-        "none": "none (not yet provided by the ledger)",
+        "none": "not yet published (the next signed checkpoint covers these records)",
         "records": "Records billed: {records} (in the ledger: {logged}, excluded: {excluded})",
         "gaps": "Sequence gaps in the serving agents: {gaps}",
         "no_gaps": "none: every record the agents reported has arrived",
@@ -67,7 +69,7 @@ TEXT = {
         "credit_notes": "贷项通知单",
         "due": "应付金额",
         "checkpoint": "账本检查点",
-        "none": "无（账本尚未提供）",
+        "none": "尚未发布（下一个签名检查点将覆盖这些记录）",
         "records": "计费记录数：{records}（账本中：{logged}，已排除：{excluded}）",
         "gaps": "服务代理的序号缺口：{gaps}",
         "no_gaps": "无：代理报告的每条记录均已到达",
@@ -116,8 +118,9 @@ def _price_segment_zh(details: dict[str, Any]) -> str:
 
 
 def _checkpoint(invoice: Invoice) -> str:
-    pinned = invoice.terms.get("ledger_checkpoint")
-    return f"{pinned['size']} / {pinned['root_hash']}" if pinned else ""
+    """The checkpoint covering the invoice's records, as the dispute evidence and the verifier name it."""
+    checkpoint = invoice_checkpoint(invoice)
+    return "" if checkpoint is None else f"{checkpoint.size} / {b64(bytes(checkpoint.root_hash))}"
 
 
 def _completeness(invoice: Invoice, t: dict[str, str]) -> list[str]:

@@ -20,6 +20,18 @@ def _value(query: QueryDict, name: str) -> str:
     return (query.get(name) or "").strip()
 
 
+def only(query: QueryDict, names: Collection[str]) -> None:
+    """Refuse a parameter the report does not read (a misspelt or another page's filter would otherwise
+    be dropped without a word: ?month= where the report reads period)."""
+    unknown = sorted(set(query) - set(names))
+    if unknown:
+        raise FilterError(
+            "unknown_filter",
+            f"This report has no filter {', '.join(unknown)}; it takes {', '.join(names)}.",
+            {"field": unknown[0], "allowed": list(names)},
+        )
+
+
 def month(query: QueryDict, name: str) -> tuple[datetime, datetime] | None:
     """A YYYY-MM month as its [start, end) in UTC, or None when absent."""
     raw = _value(query, name)

@@ -13,10 +13,10 @@ from django.contrib import messages
 from django.http import Http404, HttpRequest, HttpResponse, QueryDict
 from django.shortcuts import redirect, render
 from django.utils import timezone
-from django.utils.translation import pgettext
+from django.utils.translation import pgettext, pgettext_lazy
 from django.views.decorators.http import require_GET, require_POST
 
-from billing.disputes import resolve_dispute
+from billing.disputes import line_left_to_credit, resolve_dispute
 from billing.models import Dispute, Invoice
 from common.errors import error_response
 from common.periods import month_bounds, month_of, previous_month
@@ -42,7 +42,7 @@ def _invoices(query: QueryDict, now: datetime) -> Report:
         status=filters.choice(query, "status", Invoice.Status.values),
         tenant=filters.code(query, "tenant"),
         currency=filters.currency(query),
-        period=filters.month(query, "period"),
+        period=filters.month(query, "month"),
     )
     return Report(
         reports.invoices(selected),
@@ -61,10 +61,10 @@ def _revenue(query: QueryDict, now: datetime) -> Report:
 
 
 def _month_or_last(query: QueryDict, now: datetime) -> tuple[str, tuple[datetime, datetime]]:
-    """The `period` filter's month, or the last closed month by default."""
-    bounds = filters.month(query, "period")
+    """The `month` filter's month, or the last closed month by default."""
+    bounds = filters.month(query, "month")
     if bounds is not None:
-        return (query.get("period") or "").strip(), bounds
+        return (query.get("month") or "").strip(), bounds
     month = previous_month(month_of(now))
     return month, month_bounds(month)
 
@@ -90,13 +90,32 @@ def _reconciliation(query: QueryDict, now: datetime) -> Report:
     return Report(table, {"period": month, "unexplained": unexplained([dict(row) for row in table.rows])})
 
 
-REPORTS: dict[str, tuple[Callable[[QueryDict, datetime], Report], str]] = {
-    "invoices": (_invoices, "finance/invoices.html"),
-    "revenue": (_revenue, "finance/revenue.html"),
-    "costs": (_costs, "finance/costs.html"),
-    "disputes": (_disputes, "finance/disputes.html"),
-    "reconciliation": (_reconciliation, "finance/reconciliation.html"),
+@dataclass(frozen=True)
+class ReportPage:
+    """How a report is built, the template that shows it, and the query parameters it reads: any other
+    parameter is refused (400 unknown_filter), never silently ignored."""
+
+    build: Callable[[QueryDict, datetime], Report]
+    template: str
+    filters: tuple[str, ...]
+
+
+REPORTS: dict[str, ReportPage] = {
+    "invoices": ReportPage(_invoices, "finance/invoices.html", ("status", "tenant", "currency", "month")),
+    "revenue": ReportPage(_revenue, "finance/revenue.html", ("by", "from", "to", "currency")),
+    "costs": ReportPage(_costs, "finance/costs.html", ("month", "by")),
+    "disputes": ReportPage(_disputes, "finance/disputes.html", ("status",)),
+    "reconciliation": ReportPage(
+        _reconciliation, "finance/reconciliation.html", ("month", "tenant", "contract")
+    ),
 }
+
+
+def _report(name: str, query: QueryDict, now: datetime) -> Report:
+    """The named report for these filters; FilterError for a parameter it does not read or a bad value."""
+    spec = REPORTS[name]
+    filters.only(query, spec.filters)
+    return spec.build(query, now)
 
 
 @require_GET
@@ -106,19 +125,17 @@ def index(request: HttpRequest) -> HttpResponse:
 
 
 def _page(request: HttpRequest, name: str, status: int = 200, **extra: Any) -> HttpResponse:
-    build, template = REPORTS[name]
     context: dict[str, Any] = {
         "section": name,
         "query": request.GET,
         "download_query": request.GET.urlencode(),
     }
     try:
-        report = build(request.GET, timezone.now())
+        report = _report(name, request.GET, timezone.now())
     except filters.FilterError as error:
         return render(request, "finance/error.html", {**context, "error": error}, status=400)
-    return render(
-        request, template, {**context, **report.context, "table": report.table, **extra}, status=status
-    )
+    context = {**context, **report.context, "table": report.table, **extra}
+    return render(request, REPORTS[name].template, context, status=status)
 
 
 def page_view(name: str) -> Callable[[HttpRequest], HttpResponse]:
@@ -137,9 +154,8 @@ def download_view(name: str) -> Callable[[HttpRequest, str], HttpResponse]:
     def view(request: HttpRequest, fmt: str) -> HttpResponse:
         if fmt not in exports.FORMATS:
             raise Http404(f"No {fmt} download.")
-        build, _template = REPORTS[name]
         try:
-            table = build(request.GET, timezone.now()).table
+            table = _report(name, request.GET, timezone.now()).table
         except filters.FilterError as error:
             return error_response(error.http_status, error.code, error.message, error.details)
         render_file, content_type = exports.FORMATS[fmt]
@@ -151,11 +167,44 @@ def download_view(name: str) -> Callable[[HttpRequest, str], HttpResponse]:
     return view
 
 
+DECISIONS = {
+    "reject": pgettext_lazy("finance", "Reject: the evidence stands, nothing is credited"),
+    "accept": pgettext_lazy("finance", "Accept: a credit note on the line"),
+}
+
+
+def _confirm(
+    request: HttpRequest, pk: int, decision: str, amount: Decimal | None, comment: str
+) -> HttpResponse:
+    """What the decision will do, with a button that does it."""
+    dispute = Dispute.objects.select_related("invoice", "line").filter(pk=pk).first()
+    if dispute is None:
+        raise Http404(f"No dispute {pk}.")
+    if dispute.status != Dispute.Status.OPEN:
+        already = pgettext("finance", "Dispute %(id)s is %(status)s.") % {
+            "id": dispute.pk,
+            "status": reports.DISPUTE_STATUS.get(dispute.status, dispute.status),
+        }
+        return _page(request, "disputes", 409, error=already)
+    credit = amount if amount is not None else line_left_to_credit(dispute.line)
+    context = {
+        "section": "disputes",
+        "dispute": dispute,
+        "decision": decision,
+        "decision_label": DECISIONS[decision],
+        "amount": "" if amount is None else amount,
+        "credit": credit,
+        "comment": comment,
+    }
+    return render(request, "finance/resolve_confirm.html", context)
+
+
 @require_POST
 @staff_required
 def resolve(request: HttpRequest, pk: int) -> HttpResponse:
     """The dispute queue's form: reject, or accept (in full, or for `amount`), through the ledger's
-    own resolve service (the same one as POST /v1/ledger/disputes/<pk>/resolve)."""
+    own resolve service (the same one as POST /v1/ledger/disputes/<pk>/resolve). There is no default
+    decision, and nothing is resolved before finance confirms what the decision does."""
     raw = request.POST.get("amount", "").strip()
     try:
         amount = Decimal(raw) if raw else None
@@ -166,10 +215,13 @@ def resolve(request: HttpRequest, pk: int) -> HttpResponse:
             request, "disputes", 400, error=pgettext("finance", "The amount must be a decimal number.")
         )
     decision = request.POST.get("decision", "")
-    if decision not in ("reject", "accept"):
+    if decision not in DECISIONS:
         return _page(request, "disputes", 400, error=pgettext("finance", "Choose reject or accept."))
+    comment = request.POST.get("comment", "")
+    if request.POST.get("confirmed") != "1":
+        return _confirm(request, pk, decision, amount, comment)
     try:
-        dispute = resolve_dispute(request.user, pk, decision, request.POST.get("comment", ""), amount)
+        dispute = resolve_dispute(request.user, pk, decision, comment, amount)
     except LedgerLookupError as error:
         return _page(request, "disputes", error.status, error=error.message)
     status = reports.DISPUTE_STATUS.get(dispute.status, dispute.status)

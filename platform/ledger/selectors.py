@@ -9,7 +9,7 @@ from __future__ import annotations
 import base64
 from typing import Any
 
-from django.db.models import QuerySet
+from django.db.models import Max, QuerySet
 
 from treemeter_records.merkle import leaf_hash
 
@@ -42,6 +42,18 @@ def checkpoint_of_size(size: int | None) -> Checkpoint:
     if found is None:
         raise LedgerLookupError(404, "no_checkpoint", "No checkpoint of that size has been published.")
     return found
+
+
+def covering_checkpoint(tenant: str, contract: str, start_ns: int, end_ns: int) -> Checkpoint | None:
+    """The first signed checkpoint that covers every logged record of the contract that started in
+    [start_ns, end_ns): a checkpoint of size n covers leaves 0 … n−1, so the first whose size exceeds the
+    highest such leaf index. None while no record is logged there, or no checkpoint covers them yet."""
+    last = LogLeaf.objects.filter(
+        tenant=tenant, contract=contract, start_ns__gte=start_ns, start_ns__lt=end_ns
+    ).aggregate(last=Max("index"))["last"]
+    if last is None:
+        return None
+    return Checkpoint.objects.filter(size__gt=last).order_by("size", "id").first()
 
 
 def checkpoint_json(checkpoint: Checkpoint) -> dict[str, Any]:

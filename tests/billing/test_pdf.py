@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import base64
 from datetime import UTC, datetime
 from decimal import Decimal
 
@@ -17,8 +18,10 @@ from billing.services import generate_invoice, grant_credits
 from common import cjk_font
 from common.periods import month_bounds
 from contracts.models import ContractPrice
+from ledger.models import Checkpoint
+from ledger.services import publish_checkpoint
 from tests.billing.usage import at, send
-from tests.factories import ContractFactory, TenantFactory
+from tests.factories import ContractFactory, TenantFactory, signing_agent
 from tests.pdf_text import embedded_fonts, pdf_text
 
 pytestmark = [pytest.mark.usefixtures("clickhouse"), pytest.mark.django_db]
@@ -94,3 +97,23 @@ def test_a_broken_font_install_answers_503_pdf_font_missing(
     response = client.get(f"/v1/invoices/{pk}.pdf")
     assert (response.status_code, response.json()["code"]) == (503, "pdf_font_missing")
     assert "make install" in response.json()["message"]
+
+
+def test_the_pdf_names_the_checkpoint_published_after_finalisation(client: Client) -> None:
+    """Finalised before any checkpoint (the ledger signs one right after an invoice run): the PDF names
+    the checkpoint that covers the invoice's records once it exists, as the dispute evidence does."""
+    contract = ContractFactory.create()
+    ContractPrice.objects.create(contract=contract, dimension="requests", unit_price=Decimal("0.05"))
+    agent = signing_agent(contract)
+    body = agent.batch([agent.record(contract, start_ns=at(2026, 11, 3) + i) for i in range(5)]).body()
+    assert client.post("/v1/ingest/batches", body, content_type="application/x-ndjson").status_code == 200
+    invoice = generate_invoice(contract.pk, *month_bounds("2026-11"), now=datetime(2026, 12, 2, tzinfo=UTC))
+    assert "ledger_checkpoint" not in invoice.terms
+    before = pdf_text(render_invoice_pdf(invoice_with_lines(invoice.pk), "en"))
+    assert "Ledger checkpoint: not yet published" in before
+
+    checkpoint = publish_checkpoint(Checkpoint.Reason.MANUAL)
+
+    after = pdf_text(render_invoice_pdf(invoice_with_lines(invoice.pk), "en"))
+    root = base64.b64encode(bytes(checkpoint.root_hash)).decode()
+    assert f"Ledger checkpoint: {checkpoint.size} / {root}" in after.replace("\n", "")

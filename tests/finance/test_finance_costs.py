@@ -62,14 +62,14 @@ def _figures(rows: list[dict], by: str) -> list[tuple]:
 @pytest.mark.usefixtures("served")
 def test_cost_and_margin_per_package_and_per_tenant() -> None:
     client = staff_client()
-    by_package = client.get("/finance/costs/?period=2026-11&by=package")
+    by_package = client.get("/finance/costs/?month=2026-11&by=package")
     assert by_package.status_code == 200
     assert _figures(by_package.context["table"].rows, "package") == [
         ("gpu-large", "CNY", 2, 2, D("0.00"), "CNY", None, D("2.00"), None),
         ("gpu-small", "CNY", 10, 0, D("7.07"), "CNY", D("0.707000"), D("9.00"), D("0.2144")),
         ("gpu-small", "USD", 4, 0, D("2.83"), "CNY", D("0.707000"), D("4.00"), None),
     ]
-    by_tenant = client.get("/finance/costs/?period=2026-11&by=tenant")
+    by_tenant = client.get("/finance/costs/?month=2026-11&by=tenant")
     assert _figures(by_tenant.context["table"].rows, "tenant") == [
         ("acme", "CNY", 10, 0, D("7.07"), "CNY", D("0.707000"), D("9.00"), D("0.2144")),
         ("acme", "USD", 4, 0, D("2.83"), "CNY", D("0.707000"), D("4.00"), None),
@@ -84,13 +84,13 @@ def test_cost_and_margin_per_package_and_per_tenant() -> None:
 @pytest.mark.usefixtures("served")
 def test_cost_downloads_parse_back_to_the_rows() -> None:
     client = staff_client()
-    rows = csv_rows(client, "/finance/costs/download.csv?period=2026-11&by=tenant")
+    rows = csv_rows(client, "/finance/costs/download.csv?month=2026-11&by=tenant")
     assert [tuple(r.values()) for r in rows] == [
         ("acme", "CNY", "10", "0", "7.07", "CNY", "0.707000", "9.00", "0.2144"),
         ("acme", "USD", "4", "0", "2.83", "CNY", "0.707000", "4.00", ""),
         ("bolt", "CNY", "2", "2", "0.00", "CNY", "", "2.00", ""),
     ]
-    table = parquet_table(client, "/finance/costs/download.parquet?period=2026-11&by=tenant")
+    table = parquet_table(client, "/finance/costs/download.parquet?month=2026-11&by=tenant")
     assert table.schema.field("cost").type == pa.decimal128(20, 2)
     assert table.schema.field("gross_margin").type == pa.decimal128(10, 4)
     assert [(r["tenant"], r["currency"], r["cost"], r["gross_margin"]) for r in table.to_pylist()] == [
@@ -109,7 +109,7 @@ def test_profiles_in_several_currencies_show_no_cost_and_no_margin() -> None:
         power_per_hour=D("1"),
         operations_per_hour=D("1"),
     )
-    response = staff_client().get("/finance/costs/?period=2026-11&by=package")
+    response = staff_client().get("/finance/costs/?month=2026-11&by=package")
     rows = response.context["table"].rows
     assert [(r["cost"], r["cost_currency"], r["gross_margin"]) for r in rows] == [(None, "", None)] * 3
     assert 'data-testid="finance-costs-mixed-currency"' in response.content.decode()

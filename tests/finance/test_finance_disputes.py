@@ -81,7 +81,8 @@ def test_accepting_in_part_issues_the_credit_note_and_the_queue_shows_it(queue: 
     client = staff_client()
     pk = queue["old"].pk
     response = client.post(
-        f"/finance/disputes/{pk}/resolve", {"decision": "accept", "amount": "0.10", "comment": "2 retries"}
+        f"/finance/disputes/{pk}/resolve",
+        {"decision": "accept", "amount": "0.10", "comment": "2 retries", "confirmed": "1"},
     )
     assert response.status_code == 302 and response["Location"] == "/finance/disputes/"
     note = Note.objects.get()
@@ -97,7 +98,7 @@ def test_accepting_in_part_issues_the_credit_note_and_the_queue_shows_it(queue: 
     )
     again = client.post(f"/finance/disputes/{pk}/resolve", {"decision": "reject", "comment": ""})
     assert again.status_code == 409
-    assert "is accepted" in again.content.decode()
+    assert "is Accepted" in again.content.decode()
 
 
 def test_rejecting_and_bad_form_input(queue: dict[str, Any]) -> None:
@@ -110,13 +111,38 @@ def test_rejecting_and_bad_form_input(queue: dict[str, Any]) -> None:
     assert (
         client.post(f"/finance/disputes/{pk}/resolve", {"decision": "customer_dependency"}).status_code == 400
     )
-    too_much = client.post(f"/finance/disputes/{pk}/resolve", {"decision": "accept", "amount": "5.00"})
+    too_much = client.post(
+        f"/finance/disputes/{pk}/resolve", {"decision": "accept", "amount": "5.00", "confirmed": "1"}
+    )
     assert too_much.status_code == 409  # more than the line: the ledger service refuses
     assert Dispute.objects.get(pk=pk).status == "open"
     assert client.post("/finance/disputes/999999/resolve", {"decision": "reject"}).status_code == 404
-    done = client.post(f"/finance/disputes/{pk}/resolve", {"decision": "reject", "comment": "counts match"})
+    done = client.post(
+        f"/finance/disputes/{pk}/resolve", {"decision": "reject", "comment": "counts match", "confirmed": "1"}
+    )
     assert done.status_code == 302
     assert Dispute.objects.get(pk=pk).status == "rejected" and not Note.objects.exists()
+
+
+def test_no_decision_is_preselected_and_each_is_confirmed_first(queue: dict[str, Any]) -> None:
+    client = staff_client()
+    pk = queue["new"].pk
+    form = client.get("/finance/disputes/").content.decode()
+    assert '<option value="" selected disabled>Decide…</option>' in form
+    assert "/v1/ledger/disputes" not in form and "//" not in form.replace("://", "")
+
+    review = client.post(f"/finance/disputes/{pk}/resolve", {"decision": "accept", "comment": "agreed"})
+
+    assert review.status_code == 200
+    page = review.content.decode()
+    assert 'data-testid="finance-dispute-confirm-decision">Accept: a credit note on the line<' in page
+    assert 'data-testid="finance-dispute-confirm-amount">0.16 CNY<' in page  # the whole line
+    assert Dispute.objects.get(pk=pk).status == "open" and not Note.objects.exists()
+    done = client.post(
+        f"/finance/disputes/{pk}/resolve", {"decision": "accept", "comment": "agreed", "confirmed": "1"}
+    )
+    assert done.status_code == 302
+    assert Note.objects.get().amount == D("0.16")
 
 
 def test_dispute_downloads_parse_back_to_the_rows(queue: dict[str, Any]) -> None:

@@ -51,9 +51,9 @@ def test_every_column_label_and_code_label_has_a_chinese_translation() -> None:
         ("/finance/", "Reconciliation", "对账"),
         ("/finance/invoices/", "Totals per currency", "按币种合计"),
         ("/finance/revenue/", "Net revenue", "净收入"),
-        ("/finance/costs/?period=2026-11", "Gross margin", "毛利率"),
+        ("/finance/costs/?month=2026-11", "Gross margin", "毛利率"),
         ("/finance/disputes/", "Dispute queue", "争议队列"),
-        ("/finance/reconciliation/?period=2026-10", "Every difference is explained.", "所有差异均已解释。"),
+        ("/finance/reconciliation/?month=2026-10", "Every difference is explained.", "所有差异均已解释。"),
     ],
 )
 def test_pages_switch_language(url: str, english: str, chinese: str) -> None:

@@ -80,9 +80,9 @@ def test_the_page_shows_every_invoice_and_totals_per_currency_without_void_ones(
     [
         ("status=finalized", ["november", "usd"]),
         ("tenant=acme", ["november", "october"]),
-        ("period=2026-10", ["october"]),
+        ("month=2026-10", ["october"]),
         ("currency=USD", ["usd"]),
-        ("tenant=bolt&currency=CNY&period=2026-11", ["grace"]),
+        ("tenant=bolt&currency=CNY&month=2026-11", ["grace"]),
         ("tenant=nobody", []),
     ],
 )
@@ -101,11 +101,23 @@ def test_bad_filters_answer_400_with_a_stable_code(invoices: dict[str, Any]) -> 
     page = client.get("/finance/invoices/?status=lost")
     assert page.status_code == 400
     assert 'data-code="invalid_filter"' in page.content.decode()
-    download = client.get("/finance/invoices/download.parquet?period=2026-13")
+    download = client.get("/finance/invoices/download.parquet?month=2026-13")
     assert download.status_code == 400
     assert download.json()["code"] == "invalid_filter"
-    assert download.json()["details"] == {"field": "period", "value": "2026-13"}
+    assert download.json()["details"] == {"field": "month", "value": "2026-13"}
     assert client.get("/finance/invoices/download.xlsx").status_code == 404
+
+
+@pytest.mark.parametrize("report", ["invoices", "revenue", "costs", "disputes", "reconciliation"])
+def test_a_filter_the_report_does_not_take_is_refused_not_ignored(report: str) -> None:
+    client = staff_client()
+    page = client.get(f"/finance/{report}/?period=2026-11")
+    assert page.status_code == 400
+    text = page.content.decode()
+    assert 'data-code="unknown_filter"' in text and "This report has no filter period" in text
+    download = client.get(f"/finance/{report}/download.csv?period=2026-11")
+    assert (download.status_code, download.json()["code"]) == (400, "unknown_filter")
+    assert download.json()["details"]["field"] == "period"
 
 
 def test_csv_and_parquet_are_exactly_the_rows_shown(invoices: dict[str, Any]) -> None:

@@ -116,7 +116,7 @@ def _figures(rows: list[dict], columns: tuple[str, ...]) -> dict[str, tuple]:
 
 
 def test_every_difference_is_categorised_and_the_unexplained_one_flagged(october: dict[str, Any]) -> None:
-    response = staff_client().get("/finance/reconciliation/?period=2026-10")
+    response = staff_client().get("/finance/reconciliation/?month=2026-10")
     assert response.status_code == 200
     rows = response.context["table"].rows
     assert {(r["invoice_number"], r["month"], r["dimension"]) for r in rows} == {
@@ -157,12 +157,12 @@ def test_every_difference_is_categorised_and_the_unexplained_one_flagged(october
 
 def test_a_report_without_unexplained_differences_says_so(october: dict[str, Any]) -> None:
     client = staff_client()
-    response = client.get("/finance/reconciliation/?period=2026-10&tenant=t-late")
+    response = client.get("/finance/reconciliation/?month=2026-10&tenant=t-late")
     assert [r["contract_code"] for r in response.context["table"].rows] == ["late"]
     html = response.content.decode()
     assert 'data-testid="finance-reconciliation-all-explained"' in html
     assert 'data-testid="finance-reconciliation-unexplained"' not in html
-    november = client.get("/finance/reconciliation/?period=2026-11&contract=late").context["table"].rows
+    november = client.get("/finance/reconciliation/?month=2026-11&contract=late").context["table"].rows
     assert [(r["usage_total"], r["late"], r["invoiced"], r["status"]) for r in november] == [
         (D(1), D(0), D(1), "match")
     ]
@@ -170,9 +170,9 @@ def test_a_report_without_unexplained_differences_says_so(october: dict[str, Any
 
 def test_reconciliation_downloads_parse_back_to_the_rows(october: dict[str, Any]) -> None:
     client = staff_client()
-    shown = client.get("/finance/reconciliation/?period=2026-10").context["table"]
+    shown = client.get("/finance/reconciliation/?month=2026-10").context["table"]
     keys = [c.key for c in shown.columns]
-    rows = csv_rows(client, "/finance/reconciliation/download.csv?period=2026-10")
+    rows = csv_rows(client, "/finance/reconciliation/download.csv?month=2026-10")
     assert rows == shown_as_csv(shown)
     lost = next(r for r in rows if r["contract_code"] == "lost")
     assert (lost["usage_total"], lost["invoiced"], lost["unexplained"], lost["status"]) == (
@@ -181,7 +181,7 @@ def test_reconciliation_downloads_parse_back_to_the_rows(october: dict[str, Any]
         "1.000000",
         "unexplained",
     )
-    table = parquet_table(client, "/finance/reconciliation/download.parquet?period=2026-10")
+    table = parquet_table(client, "/finance/reconciliation/download.parquet?month=2026-10")
     assert table.schema.field("usage_total").type == pa.decimal128(24, 6)
     assert table.schema.field("net_amount").type == pa.decimal128(20, 2)
     parsed = table.to_pylist()
