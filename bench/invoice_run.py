@@ -149,8 +149,8 @@ def run(records: int, contracts: int) -> None:
     from billing.tasks import run_invoices
     from clickhouse_store import query
     from clickhouse_store.migrator import apply_migrations
+    from clickhouse_store.queries.billing import AGGREGATE_SQL
     from common.periods import month_bounds
-    from pricing.dimensions import AGGREGATES
 
     console = Console()
     apply_migrations()
@@ -169,7 +169,7 @@ def run(records: int, contracts: int) -> None:
     )
     query.command("OPTIMIZE TABLE usage_records FINAL")  # merged parts, as a settled month would be
 
-    aggregates = ", ".join(f"{expr} FILTER (WHERE status = 'ok')" for expr in AGGREGATES.values())
+    aggregates = ", ".join(f"{expr} FILTER (WHERE status = 'ok')" for expr in AGGREGATE_SQL.values())
     bare = f"SELECT contract, count(), {aggregates} FROM usage_records GROUP BY contract"
     bare_final = f"SELECT contract, count(), {aggregates} FROM {query.RECORDS} GROUP BY contract"
     bare_s, rows = _timed(lambda: query.select(bare))

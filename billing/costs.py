@@ -22,28 +22,20 @@ from django.db.models import Case, F, QuerySet, Sum, When
 
 from agents.models import Agent
 from catalog.models import ComputePackage, HostCostProfile
-from clickhouse_store import query
+from clickhouse_store.queries.billing import LayerTimes, layer_times
 from common.money import round_money
 
 from .models import Invoice, Note
 
 ZERO = Decimal(0)
 US_PER_HOUR = Decimal(3_600_000_000)
-GROUPS = {"contract": 2, "package": 3, "tenant": 1}
+GROUPS = ("contract", "package", "tenant")  # LayerTimes fields
 REVENUE_STATUSES = (Invoice.Status.FINALIZED, Invoice.Status.PAID)
 _REVENUE_FIELDS = {
     "contract": "contract__code",
     "package": "contract__package__code",
     "tenant": "tenant__code",
 }
-
-_COST_SQL = (
-    "SELECT agent_id, tenant, contract, package, count(), sum(l3_latency_us), "  # noqa: S608
-    f"sum(l1_latency_us + l2_latency_us) FROM {query.RECORDS} "
-    "WHERE status = 'ok' AND start_time >= {start:DateTime64(9, 'UTC')} "
-    "AND start_time < {end:DateTime64(9, 'UTC')} AND ({package:String} = '' OR package = {package:String}) "
-    "GROUP BY agent_id, tenant, contract, package"
-)
 
 
 @dataclass(frozen=True)
@@ -72,15 +64,15 @@ def record_cost(profile: HostCostProfile, l3_us: int, l1_l2_us: int) -> Decimal:
     return (gpu + profile.operations_per_hour * Decimal(l1_l2_us)) / US_PER_HOUR
 
 
-def _attributed(start: datetime, end: datetime, package: str = "") -> list[tuple[tuple, Decimal | None]]:
+def _attributed(start: datetime, end: datetime, package: str = "") -> list[tuple[LayerTimes, Decimal | None]]:
     """Each (agent, tenant, contract, package) row with its cost, None where the host has no profile."""
-    rows = query.select(_COST_SQL, {"start": start, "end": end, "package": package})
+    rows = layer_times(start, end, package)
     host_of = dict(Agent.objects.values_list("agent_id", "host_class"))
     profiles = {p.host_class: p for p in HostCostProfile.objects.all()}
     attributed = []
     for row in rows:
-        profile = profiles.get(host_of.get(row[0], ""))
-        attributed.append((row, None if profile is None else record_cost(profile, int(row[5]), int(row[6]))))
+        profile = profiles.get(host_of.get(row.agent_id, ""))
+        attributed.append((row, None if profile is None else record_cost(profile, row.l3_us, row.l1_l2_us)))
     return attributed
 
 
@@ -94,10 +86,10 @@ def cost_report(start: datetime, end: datetime, by: str = "contract") -> list[Co
     unpriced: dict[str, int] = defaultdict(int)
     cost: dict[str, Decimal] = defaultdict(Decimal)
     for row, row_cost in _attributed(start, end):
-        key = row[GROUPS[by]]
-        requests[key] += int(row[4])
+        key: str = getattr(row, by)
+        requests[key] += row.requests
         if row_cost is None:
-            unpriced[key] += int(row[4])
+            unpriced[key] += row.requests
         else:
             cost[key] += row_cost
     revenue = _revenue(start, end, by)
@@ -158,7 +150,7 @@ def suggested_base_fee(
 ) -> Decimal:
     """The package's cost per contract that used it in [start, end), × its margin factor (default 1.3)."""
     attributed = _attributed(start, end, package.code)
-    contracts = {row[2] for row, _ in attributed}
+    contracts = {row.contract for row, _ in attributed}
     total = sum((row_cost for _, row_cost in attributed if row_cost is not None), ZERO)
     if not contracts:
         return ZERO

@@ -10,9 +10,9 @@ from typing import Any
 
 from django.db.models import QuerySet
 
-from clickhouse_store import query
+from clickhouse_store.queries.billing import named_record_starts, record_aggregates, window_record_starts
 from ledger.models import Checkpoint, LogBatch, LogLeaf
-from pricing.dimensions import AGGREGATES, quantity_from_aggregate
+from pricing.dimensions import AGGREGATED_DIMENSIONS, quantity_from_aggregate
 
 from .exports import agent_batches, period_ns
 from .models import Dispute, Invoice
@@ -103,33 +103,18 @@ def matching_records(
 ) -> dict[str, int]:
     """record_id → start_ns of the contract's stored records in the period that are named in
     ``record_ids`` or, with a ``window``, start in it with its status."""
-    params: dict[str, Any] = {"tenant": tenant, "contract": contract, "start": period[0], "end": period[1]}
     if record_ids is not None:
-        condition = "toString(record_id) IN {ids:Array(String)}"
-        params["ids"] = record_ids
+        rows = named_record_starts(tenant, contract, *period, record_ids)
     elif window is not None:
-        condition = "start_ns >= {wstart:Int64} AND start_ns < {wend:Int64} AND status = {status:String}"
-        params.update(wstart=window.start_ns, wend=window.end_ns, status=window.status)
+        rows = window_record_starts(tenant, contract, *period, window.start_ns, window.end_ns, window.status)
     else:
         raise ValueError("name the records or a window")
-    rows = query.select(
-        f"SELECT toString(record_id), start_ns FROM {query.RECORDS} "  # noqa: S608 - constant SQL
-        "WHERE tenant = {tenant:String} AND contract = {contract:String} "
-        f"AND start_ns >= {{start:Int64}} AND start_ns < {{end:Int64}} AND {condition}",
-        params,
-    )
-    return {str(record_id): int(start_ns) for record_id, start_ns in rows}
+    return dict(rows)
 
 
 def billed_usage(tenant: str, contract: str, record_ids: list[str]) -> dict[str, Decimal]:
     """What these records add to each built-in dimension, as billing measures it (only `ok` is billed)."""
     if not record_ids:
-        return {dimension: Decimal(0) for dimension in AGGREGATES}
-    columns = ", ".join(f"{expression} FILTER (WHERE status = 'ok')" for expression in AGGREGATES.values())
-    [row] = query.select(
-        f"SELECT {columns} FROM {query.RECORDS} "  # noqa: S608 - constant SQL
-        "WHERE tenant = {tenant:String} AND contract = {contract:String} "
-        "AND toString(record_id) IN {ids:Array(String)}",
-        {"tenant": tenant, "contract": contract, "ids": record_ids},
-    )
-    return {d: quantity_from_aggregate(d, int(v or 0)) for d, v in zip(AGGREGATES, row, strict=True)}
+        return {dimension: Decimal(0) for dimension in AGGREGATED_DIMENSIONS}
+    aggregates = record_aggregates(tenant, contract, record_ids)
+    return {d: quantity_from_aggregate(d, raw) for d, raw in aggregates.items()}

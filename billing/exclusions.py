@@ -15,19 +15,11 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
+from clickhouse_store.queries.billing import Excluded, PauseWindow
 from treemeter_records.timeutil import unix_nanos
 
 from .adjustments import BillingPause, registered_sources
 from .models import BillingExclusion
-
-# Bound-parameter SQL over one record: whether a dispute excluded it, whether an SLA pause covers it.
-DISPUTED = "has({ex_ids:Array(UUID)}, record_id)"
-PAUSED = (
-    "arrayExists((c, s, e, f) -> contract = c AND start_ns >= s AND start_ns < e "
-    "AND (f = 0 OR status IN ('error', 'timeout')), "
-    "{pz_contracts:Array(String)}, {pz_starts:Array(Int64)}, {pz_ends:Array(Int64)}, "
-    "{pz_failed_only:Array(UInt8)})"
-)
 
 
 @dataclass(frozen=True)
@@ -38,15 +30,16 @@ class RatingExclusions:
     disputes: dict[str, list[int]] = field(default_factory=dict)
     pauses: dict[str, list[BillingPause]] = field(default_factory=dict)
 
-    def params(self) -> dict[str, Any]:
-        windows = [x for found in self.pauses.values() for x in found]
-        return {
-            "ex_ids": sorted(r for ids in self.record_ids.values() for r in ids),
-            "pz_contracts": [x.contract for x in windows],
-            "pz_starts": [unix_nanos(x.starts_at) for x in windows],
-            "pz_ends": [unix_nanos(x.ends_at) for x in windows],
-            "pz_failed_only": [1 if x.failed_only else 0 for x in windows],
-        }
+    def excluded(self) -> Excluded:
+        """What the rating query leaves out (`clickhouse_store.queries.billing.usage_rows`)."""
+        return Excluded(
+            tuple(r for ids in self.record_ids.values() for r in ids),
+            tuple(
+                PauseWindow(x.contract, x.starts_at, x.ends_at, x.failed_only)
+                for found in self.pauses.values()
+                for x in found
+            ),
+        )
 
     def describe(self, contract: str, by_dispute: int, by_pause: int) -> dict[str, Any]:
         """The invoice's statement of what was excluded and why (empty when nothing applied)."""

@@ -16,7 +16,7 @@ from decimal import Decimal, InvalidOperation
 from django.db import transaction
 from django.db.models import F
 
-from clickhouse_store import query
+from clickhouse_store.queries.billing import outcome_records
 from common.money import round_money
 from contracts.models import Contract
 from pricing.errors import BillingError, InvalidRequest
@@ -29,36 +29,13 @@ from .terms import Terms
 
 ZERO = Decimal(0)
 
-# The record fields a rule sees, plus the period's latency percentiles and error rate per contract.
-# Our own constant SQL; tenant, contract and period are bound parameters.
-_RULE_SOURCE = (
-    "SELECT *, start_time, l1_latency_us, l2_latency_us, l3_latency_us, "  # noqa: S608
-    "(toFloat64(end_ns - start_ns) / 1000000.) AS latency_ms_, "
-    "quantileExact(0.5)(latency_ms_) OVER () AS p50_latency_ms, "
-    "quantileExact(0.99)(latency_ms_) OVER () AS p99_latency_ms, "
-    "avg(toFloat64(status != 'ok')) OVER () AS error_rate "
-    f"FROM {query.RECORDS} "
-    "WHERE tenant = {tenant:String} AND contract = {contract:String} "
-    "AND start_time >= {start:DateTime64(9, 'UTC')} AND start_time < {end:DateTime64(9, 'UTC')}"
-)
-
 
 def sync_record_outcomes(contract: Contract, start: datetime, end: datetime) -> int:
     """Declare the outcomes records of [start, end) carry (one query; refs already known are kept as
     they are), the contract's rule confirming at declaration those it holds for. Returns how many
     outcome records the period holds."""
-    rule_sql, params = "0", {}
-    if contract.outcome_rule:
-        compiled = compile_metric(contract.outcome_rule, "r", rule=True)
-        rule_sql, params = compiled.sql, compiled.params
-    sql = (
-        "SELECT record_id, JSONExtractString(outcome, 'ref'), JSONExtractString(outcome, 'type'), "  # noqa: S608
-        f"JSONExtractString(outcome, 'value'), start_time, toUInt8(({rule_sql}) != 0) "
-        f"FROM ({_RULE_SOURCE}) WHERE outcome != '' AND status = 'ok' ORDER BY start_time, record_id"
-    )
-    rows = query.select(
-        sql, {**params, "tenant": contract.tenant.code, "contract": contract.code, "start": start, "end": end}
-    )
+    rule = compile_metric(contract.outcome_rule, rule=True) if contract.outcome_rule else None
+    rows = outcome_records(contract.tenant.code, contract.code, start, end, rule)
     window = timedelta(hours=contract.outcome_window_hours)
     new = [
         Outcome(

@@ -1,4 +1,4 @@
-"""Custom metric expressions: the whitelisted grammar, its errors with positions, and what the compiled
+"""Custom metric expressions: the whitelisted grammar, its errors with positions, and what the rendered
 SQL computes in the real ClickHouse engine."""
 
 from __future__ import annotations
@@ -6,6 +6,7 @@ from __future__ import annotations
 import pytest
 
 from clickhouse_store import query
+from clickhouse_store.queries.metric_sql import metric_sql
 from pricing.errors import TermsError
 from pricing.expressions import compile_metric
 from tests.billing.usage import at, send
@@ -40,11 +41,12 @@ def test_anything_outside_the_grammar_is_refused_naming_the_position(
 
 
 def test_numbers_are_bound_parameters_and_no_user_text_reaches_the_sql() -> None:
-    compiled = compile_metric("tokens_in * 12345.678 + min(hops, 7)")
+    metric = compile_metric("tokens_in * 12345.678 + min(hops, 7)")
+    compiled = metric_sql(metric)
     assert "12345.678" not in compiled.sql and "7" not in compiled.sql
     assert compiled.params == {"p0": 12345.678, "p1": 7.0}
-    assert compiled.fields == {"tokens_in", "hops"}
-    rule = compile_metric("outcome_f1 >= 0.92", rule=True)
+    assert metric.fields == {"tokens_in", "hops"}
+    rule = metric_sql(compile_metric("outcome_f1 >= 0.92", rule=True))
     assert "f1" not in rule.sql and rule.params == {"p0": "f1", "p1": 0.92}
 
 
@@ -70,6 +72,6 @@ def test_numbers_are_bound_parameters_and_no_user_text_reaches_the_sql() -> None
 def test_what_the_compiled_sql_computes(expression: str, per_record: float) -> None:
     contract = ContractFactory.create()
     send(contract, 2, at(2026, 11, 3))
-    compiled = compile_metric(expression)
+    compiled = metric_sql(compile_metric(expression))
     (row,) = query.select(f"SELECT sum({compiled.sql}) FROM {query.RECORDS}", compiled.params)
     assert row[0] == pytest.approx(2 * per_record)
