@@ -87,6 +87,13 @@ class Invoice(models.Model):
                 raise ValueError(f"Invoice {self.number} is {stored}: it cannot be changed.")
         super().save(*args, **kwargs)
 
+    @property
+    def unbilled_records(self) -> int:
+        """Records of the period that no line bills: failed, rejected, or excluded (by a dispute or an SLA
+        pause). The rated quantities are pinned in the terms; `requests` counts the billable ones."""
+        billable = self.terms.get("quantities", {}).get("requests")
+        return 0 if billable is None else self.record_count - int(Decimal(billable))
+
     def owe(self) -> None:
         """Set `amount_due` from the total, the credits applied and the credit notes (debit notes are
         documents of their own, charged on their own)."""

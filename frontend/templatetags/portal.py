@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+from datetime import UTC, datetime, timedelta
 from decimal import Decimal
 
 from django import template
+from django.utils import formats
 from django.utils.formats import number_format
 
 from common.money import MINOR_UNITS, round_money
@@ -66,3 +68,21 @@ def role_label(code: str) -> str:
 @register.filter
 def charge_label(code: str) -> str:
     return labels.label(labels.CHARGE_MODELS, code)
+
+
+@register.simple_tag
+def period(start: datetime, end: datetime) -> str:
+    """A billing period for a reader: whole UTC days as first – last day (the stored end is exclusive),
+    anything shorter or not on day boundaries with its times, in UTC."""
+    start, end = start.astimezone(UTC), end.astimezone(UTC)
+    midnight = (0, 0, 0, 0)
+    if all((t.hour, t.minute, t.second, t.microsecond) == midnight for t in (start, end)) and end > start:
+        last = end - timedelta(days=1)
+        first_text = formats.date_format(start, "SHORT_DATE_FORMAT")
+        if last.date() == start.date():
+            return f"{first_text} (UTC)"
+        return f"{first_text} – {formats.date_format(last, 'SHORT_DATE_FORMAT')} (UTC)"
+    end_text = f"{end:%H:%M:%S}"
+    if end.date() != start.date():
+        end_text = f"{formats.date_format(end, 'SHORT_DATE_FORMAT')} {end_text}"
+    return f"{formats.date_format(start, 'SHORT_DATE_FORMAT')} {start:%H:%M:%S} – {end_text} UTC"
