@@ -3,7 +3,8 @@
 Billing publishes this port; the layer above that owns such terms implements it and registers its
 sources once, when its app is ready (sla does: customer-dependency exclusions are billing pauses, SLA
 service credits are invoice credits; `sla.billing_sources`). Billing calls the registered sources and
-keeps what is its own: the rating SQL of a pause (`billing.exclusions`) and turning credits into lines
+keeps what is its own: which records a pause leaves out of rating (`billing.exclusions`; its SQL is in
+`clickhouse_store.queries.billing`) and turning credits into lines
 (`billing.service_credits`). With no source registered, an invoice has no pauses and no credits.
 
 A pause source answers "which records of these contracts are not billed"; a credit source answers

@@ -20,7 +20,7 @@ from clickhouse_store.queries.billing import outcome_records
 from common.money import round_money
 from contracts.models import Contract
 from pricing.errors import BillingError, InvalidRequest
-from pricing.expressions import compile_metric
+from pricing.expressions import parse_metric
 from treemeter_records.timeutil import assume_utc
 
 from . import settlement
@@ -34,7 +34,7 @@ def sync_record_outcomes(contract: Contract, start: datetime, end: datetime) -> 
     """Declare the outcomes records of [start, end) carry (one query; refs already known are kept as
     they are), the contract's rule confirming at declaration those it holds for. Returns how many
     outcome records the period holds."""
-    rule = compile_metric(contract.outcome_rule, rule=True) if contract.outcome_rule else None
+    rule = parse_metric(contract.outcome_rule, rule=True) if contract.outcome_rule else None
     rows = outcome_records(contract.tenant.code, contract.code, start, end, rule)
     window = timedelta(hours=contract.outcome_window_hours)
     new = [

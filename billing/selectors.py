@@ -20,7 +20,7 @@ from django.db.models import QuerySet, Sum
 from clickhouse_store.queries.billing import RatedContract, UsageRow, usage_rows
 from ledger.models import Checkpoint
 from pricing.dimensions import AGGREGATED_DIMENSIONS, quantity_from_aggregate
-from pricing.expressions import Metric, compile_metric
+from pricing.expressions import Metric, parse_metric
 
 from .exclusions import rating_exclusions
 from .models import CreditEntry, Invoice, Note, Outcome
@@ -47,7 +47,7 @@ def rated_contracts(meters: Sequence[ContractMeter]) -> list[RatedContract]:
     for meter in meters:
         for expression in meter.metrics.values():
             if expression not in parsed:
-                parsed[expression] = compile_metric(expression)
+                parsed[expression] = parse_metric(expression)
     return [
         RatedContract(m.tenant, m.contract, tuple(parsed[e] for e in m.metrics.values()), m.bounds)
         for m in meters

@@ -18,7 +18,7 @@ from contracts.models import Contract, ContractPrice
 from pricing.charge_models import ChargeModel, build_charge_model
 from pricing.dimensions import DIMENSION_CODES, DIMENSION_LABELS
 from pricing.errors import TermsError
-from pricing.expressions import compile_metric
+from pricing.expressions import parse_metric
 from pricing.validation import validate_charge
 
 
@@ -147,7 +147,7 @@ def terms_of(contract: Contract, start: datetime | None = None, end: datetime | 
     for code, expression in metrics.items():
         if code in DIMENSION_LABELS:
             raise TermsError("metric_shadows_dimension", f"Metric code {code!r} is a built-in dimension.", {})
-        compile_metric(expression)
+        parse_metric(expression)
     labels = DIMENSION_LABELS
     names = {m.code: m.name for m in metric_rows}
     charges = []

@@ -12,7 +12,7 @@ from django.db import transaction
 
 from pricing.dimensions import Dimension
 from pricing.errors import BillingError, TermsError
-from pricing.expressions import compile_metric
+from pricing.expressions import parse_metric
 from pricing.line_kinds import CREDITABLE_KINDS
 from pricing.validation import validate_charge
 
@@ -105,7 +105,7 @@ def set_metric(contract: Contract, code: str, name: str, expression: str) -> Con
     """Create or replace a custom metric; the expression must compile (TermsError names the position)."""
     if code in Dimension.values:
         raise TermsError("metric_shadows_dimension", f"{code!r} is a built-in dimension.", {"code": code})
-    compile_metric(expression)
+    parse_metric(expression)
     metric, _ = ContractMetric.objects.update_or_create(
         contract=contract, code=code, defaults={"name": name, "expression": expression}
     )
@@ -183,7 +183,7 @@ def _term_value(name: str, kind: Any, value: Any) -> Any:
         return value
     if kind == "rule":
         if value:
-            compile_metric(str(value), rule=True)
+            parse_metric(str(value), rule=True)
         return str(value)
     if value not in kind:
         raise TermsError(

@@ -262,7 +262,7 @@ class _Parser:
         return Call(name, tuple(args))
 
 
-def compile_metric(expression: str, *, rule: bool = False) -> Metric:
+def parse_metric(expression: str, *, rule: bool = False) -> Metric:
     """Parse and check a custom metric (or, with `rule`, an outcome verification rule), or
     TermsError('invalid_expression') naming the position."""
     if not isinstance(expression, str) or not expression.strip():

@@ -8,7 +8,7 @@ import pytest
 from clickhouse_store import query
 from clickhouse_store.queries.metric_sql import metric_sql
 from pricing.errors import TermsError
-from pricing.expressions import compile_metric
+from pricing.expressions import parse_metric
 from tests.billing.usage import at, send
 from tests.factories import ContractFactory
 
@@ -34,19 +34,19 @@ def test_anything_outside_the_grammar_is_refused_naming_the_position(
     expression: str, position: int, says: str
 ) -> None:
     with pytest.raises(TermsError) as raised:
-        compile_metric(expression)
+        parse_metric(expression)
     assert raised.value.code == "invalid_expression"
     assert raised.value.details == {"position": position}
     assert says in raised.value.message
 
 
 def test_numbers_are_bound_parameters_and_no_user_text_reaches_the_sql() -> None:
-    metric = compile_metric("tokens_in * 12345.678 + min(hops, 7)")
+    metric = parse_metric("tokens_in * 12345.678 + min(hops, 7)")
     compiled = metric_sql(metric)
     assert "12345.678" not in compiled.sql and "7" not in compiled.sql
     assert compiled.params == {"p0": 12345.678, "p1": 7.0}
     assert metric.fields == {"tokens_in", "hops"}
-    rule = metric_sql(compile_metric("outcome_f1 >= 0.92", rule=True))
+    rule = metric_sql(parse_metric("outcome_f1 >= 0.92", rule=True))
     assert "f1" not in rule.sql and rule.params == {"p0": "f1", "p1": 0.92}
 
 
@@ -72,6 +72,6 @@ def test_numbers_are_bound_parameters_and_no_user_text_reaches_the_sql() -> None
 def test_what_the_compiled_sql_computes(expression: str, per_record: float) -> None:
     contract = ContractFactory.create()
     send(contract, 2, at(2026, 11, 3))
-    compiled = metric_sql(compile_metric(expression))
+    compiled = metric_sql(parse_metric(expression))
     (row,) = query.select(f"SELECT sum({compiled.sql}) FROM {query.RECORDS}", compiled.params)
     assert row[0] == pytest.approx(2 * per_record)
