@@ -19,60 +19,23 @@ tenant, contract and period); PostgreSQL gives the lines, notes, exclusions and 
 from __future__ import annotations
 
 from dataclasses import dataclass
-from datetime import UTC, datetime, timedelta
+from datetime import UTC, datetime
 from decimal import Decimal
 from typing import Any, cast
 
 from billing.models import BillingExclusion, Invoice, InvoiceLine, LateUsage
-from clickhouse_store import query
-from pricing.dimensions import AGGREGATES, quantity_from_aggregate
+from clickhouse_store.queries.finance import (
+    PARTS,
+    BillingPause,
+    ExcludedRecord,
+    InvoicedPeriod,
+    reconciliation_sums,
+)
+from pricing.dimensions import AGGREGATED_DIMENSIONS, quantity_from_aggregate
 from sla.models import Exclusion
 from treemeter_records.timeutil import unix_nanos
 
 ZERO = Decimal(0)
-_EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
-_DIMENSIONS = list(AGGREGATES)
-_PARTS = ("usage_total", "late", "excluded", "disputed")
-_CONDITIONS = {
-    "usage_total": "billable",
-    "late": "billable AND late",
-    "excluded": "billable AND NOT late AND rated_out",
-    "disputed": "billable AND NOT late AND NOT rated_out AND excluded_after",
-}
-# Constant SQL (our own expressions and table); every value is a bound parameter. Each record finds
-# its invoice, and its dispute exclusion, through `transform` (a hash lookup built once per block), so
-# the cost stays linear in records however many invoices or exclusions the report covers. Billing
-# periods are calendar months (common.periods): the invoice key is tenant/contract/YYYYMM, and the
-# invoice's own bounds are checked as well.
-_SQL = (
-    "WITH transform(concat(tenant, '/', contract, '/', toString(toYYYYMM(start_time))), "  # noqa: S608
-    "{inv_keys:Array(String)}, {inv_slots:Array(UInt32)}, toUInt32(0)) AS found, "
-    "found > 0 AND start_ns >= {inv_starts:Array(Int64)}[found] "
-    "AND start_ns < {inv_ends:Array(Int64)}[found] AS in_period, "
-    "if(in_period, found, 0) AS slot, "
-    "{inv_final_ms:Array(Int64)}[slot] AS final_ms, "
-    "toUnixTimestamp64Milli(ingested_at) > final_ms AS late, "
-    "transform(toString(record_id), {ex_ids:Array(String)}, {ex_created_ms:Array(Int64)}, toInt64(-1)) "
-    "AS ex_created, "
-    "ex_created >= 0 AND ex_created <= final_ms AS excluded_before, "
-    "ex_created > final_ms AS excluded_after, "
-    "arrayExists((c, s, e, f, d) -> contract = c AND start_ns >= s AND start_ns < e "
-    "AND (f = 0 OR status IN ('error', 'timeout')) AND d <= final_ms, "
-    "{pz_contracts:Array(String)}, {pz_starts:Array(Int64)}, {pz_ends:Array(Int64)}, "
-    "{pz_failed_only:Array(UInt8)}, {pz_declared_ms:Array(Int64)}) AS paused, "
-    "excluded_before OR paused AS rated_out, "
-    "status = 'ok' AS billable "
-    "SELECT slot, "
-    + ", ".join(
-        f"{expression} FILTER (WHERE {_CONDITIONS[part]})"
-        for part in _PARTS
-        for expression in AGGREGATES.values()
-    )
-    + f" FROM {query.RECORDS} "
-    "WHERE tenant IN {tenants:Array(String)} AND contract IN {contracts:Array(String)} "
-    "AND start_time >= {start:DateTime64(9, 'UTC')} AND start_time < {end:DateTime64(9, 'UTC')} "
-    "GROUP BY slot HAVING slot > 0"
-)
 
 
 @dataclass(frozen=True)
@@ -80,10 +43,6 @@ class ReconciliationFilter:
     period: tuple[datetime, datetime] | None = None
     tenant: str = ""
     contract: str = ""
-
-
-def _ms(moment: datetime) -> int:
-    return (moment - _EPOCH) // timedelta(milliseconds=1)
 
 
 def _invoices(selected: ReconciliationFilter) -> list[Invoice]:
@@ -103,59 +62,52 @@ def _invoices(selected: ReconciliationFilter) -> list[Invoice]:
     )
 
 
-def _params(invoices: list[Invoice]) -> dict[str, Any]:
+def _rated_out(invoices: list[Invoice]) -> tuple[list[ExcludedRecord], list[BillingPause]]:
+    """The ledger exclusions and customer-dependency pauses the invoices' periods may have rated out."""
     contracts = sorted({i.contract.code for i in invoices})
     start = min(i.period_start for i in invoices)
     end = max(i.period_end for i in invoices)
-    excluded = list(
-        BillingExclusion.objects.filter(
-            contract__in=contracts, start_ns__gte=unix_nanos(start), start_ns__lt=unix_nanos(end)
-        ).values_list("record_id", "created_at")
-    )
-    pauses = list(
-        Exclusion.objects.filter(
-            contract__code__in=contracts,
-            contract__pause_billing_on_customer_dependency=True,
-            kind=Exclusion.Kind.CUSTOMER_DEPENDENCY,
-            starts_at__lt=end,
-            ends_at__gt=start,
-        ).values_list("contract__code", "starts_at", "ends_at", "scope", "declared_at")
-    )
-    return {
-        "inv_keys": [
-            f"{i.tenant.code}/{i.contract.code}/{i.period_start.astimezone(UTC):%Y%m}" for i in invoices
+    excluded = BillingExclusion.objects.filter(
+        contract__in=contracts, start_ns__gte=unix_nanos(start), start_ns__lt=unix_nanos(end)
+    ).values_list("record_id", "created_at")
+    pauses = Exclusion.objects.filter(
+        contract__code__in=contracts,
+        contract__pause_billing_on_customer_dependency=True,
+        kind=Exclusion.Kind.CUSTOMER_DEPENDENCY,
+        starts_at__lt=end,
+        ends_at__gt=start,
+    ).values_list("contract__code", "starts_at", "ends_at", "scope", "declared_at")
+    return (
+        [ExcludedRecord(str(record_id), created) for record_id, created in excluded],
+        [
+            BillingPause(code, starts, ends, scope == Exclusion.Scope.FAILED, declared)
+            for code, starts, ends, scope, declared in pauses
         ],
-        "inv_slots": list(range(1, len(invoices) + 1)),
-        "inv_starts": [unix_nanos(i.period_start) for i in invoices],
-        "inv_ends": [unix_nanos(i.period_end) for i in invoices],
-        "inv_final_ms": [_ms(cast(datetime, i.finalized_at)) for i in invoices],
-        "ex_ids": [str(record_id) for record_id, _ in excluded],
-        "ex_created_ms": [_ms(created) for _, created in excluded],
-        "pz_contracts": [p[0] for p in pauses],
-        "pz_starts": [unix_nanos(p[1]) for p in pauses],
-        "pz_ends": [unix_nanos(p[2]) for p in pauses],
-        "pz_failed_only": [1 if p[3] == Exclusion.Scope.FAILED else 0 for p in pauses],
-        "pz_declared_ms": [_ms(p[4]) for p in pauses],
-        "tenants": sorted({i.tenant.code for i in invoices}),
-        "contracts": contracts,
-        "start": start,
-        "end": end,
-    }
+    )
 
 
 def measured(invoices: list[Invoice]) -> dict[int, dict[str, dict[str, Decimal]]]:
     """invoice id → part (usage_total, late, excluded, disputed) → dimension → quantity."""
     if not invoices:
         return {}
-    found: dict[int, dict[str, dict[str, Decimal]]] = {}
-    for row in query.select(_SQL, _params(invoices)):
-        invoice = invoices[int(row[0]) - 1]
-        values = iter(row[1:])
-        found[invoice.pk] = {
-            part: {d: quantity_from_aggregate(d, int(next(values) or 0)) for d in _DIMENSIONS}
-            for part in _PARTS
+    periods = [
+        InvoicedPeriod(
+            tenant=i.tenant.code,
+            contract=i.contract.code,
+            start=i.period_start,
+            end=i.period_end,
+            finalized_at=cast(datetime, i.finalized_at),
+        )
+        for i in invoices
+    ]
+    sums = reconciliation_sums(periods, *_rated_out(invoices))
+    return {
+        invoices[position].pk: {
+            part: {d: quantity_from_aggregate(d, raw) for d, raw in by_dimension.items()}
+            for part, by_dimension in parts.items()
         }
-    return found
+        for position, parts in sums.items()
+    }
 
 
 def _late_decisions(invoices: list[Invoice]) -> dict[tuple[int, str], tuple[str, str]]:
@@ -186,20 +138,20 @@ def reconciliation_rows(selected: ReconciliationFilter) -> list[dict[str, Any]]:
     invoices = _invoices(selected)
     usage = measured(invoices)
     decisions = _late_decisions(invoices)
-    nothing = {d: ZERO for d in _DIMENSIONS}
+    nothing = {d: ZERO for d in AGGREGATED_DIMENSIONS}
     rows = []
     for invoice in invoices:
-        parts = usage.get(invoice.pk, dict.fromkeys(_PARTS, nothing))
+        parts = usage.get(invoice.pk, dict.fromkeys(PARTS, nothing))
         included = {
             c["dimension"]: Decimal(c.get("included_quantity", "0")) for c in invoice.terms["charges"]
         }
         by_dimension: dict[str, list[InvoiceLine]] = {}
         for line in invoice.lines.all():
-            if line.kind == "usage" and line.dimension in AGGREGATES:
+            if line.kind == "usage" and line.dimension in AGGREGATED_DIMENSIONS:
                 by_dimension.setdefault(line.dimension, []).append(line)
         for d, lines in by_dimension.items():
             rows.append(
-                _row(invoice, d, lines, {p: parts[p][d] for p in _PARTS}, included.get(d, ZERO), decisions)
+                _row(invoice, d, lines, {p: parts[p][d] for p in PARTS}, included.get(d, ZERO), decisions)
             )
     return rows
 

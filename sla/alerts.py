@@ -14,17 +14,15 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 from decimal import Decimal
 from fractions import Fraction
-from typing import Any
 
 from django.utils import timezone
 
-from clickhouse_store import query
+from clickhouse_store.queries import sla as sla_sql
 from contracts.models import Contract
 
 from .alerting import Condition, reconcile
 from .models import Objective, SlaAlert, SlaPolicy
-from .selectors import exclusions_of
-from .sli import VALID, VALID_ALIAS, exclusion_params, indicator
+from .selectors import contract_codes, exclusion_windows, exclusions_of, indicator
 from .terms import policy_for
 
 
@@ -46,54 +44,20 @@ RULES = (
 WINDOWS = sorted({w for rule in RULES for w in (rule.long, rule.short)})
 
 
-def _window_key(window: timedelta) -> str:
-    return f"w{int(window.total_seconds())}"
-
-
-Counts = dict[timedelta, tuple[int, int]]
-
-
 def window_counts(
     contracts: Sequence[Contract], objectives: Sequence[Objective], now: datetime
-) -> dict[str, list[Counts]]:
+) -> dict[str, list[sla_sql.WindowCounts]]:
     """{contract code: per objective {window: (eligible, good)}} for every window ending at `now`.
 
     One query for all the contracts (they share `objectives`: the same policy), grouped by contract.
     """
-    oldest = now - WINDOWS[-1]
-    params: dict[str, Any] = {
-        "tenants": sorted({c.tenant.code for c in contracts}),
-        "contracts": [c.code for c in contracts],
-        "start": oldest,
-        "end": now,
-    }
-    params.update(exclusion_params(exclusions_of(contracts, oldest, now)))
-    inner, outer = ["contract", "start_time", f"{VALID} AS {VALID_ALIAS}"], ["contract"]
-    for window in WINDOWS:
-        params[_window_key(window)] = now - window
-    for i, objective in enumerate(objectives):
-        ind = indicator(objective, i)
-        params.update(ind.params)
-        inner += [f"toUInt64({ind.eligible}) AS e_{i}", f"toUInt64({ind.good}) AS g_{i}"]
-        for window in WINDOWS:
-            since = f"start_time >= {{{_window_key(window)}:DateTime64(9, 'UTC')}}"
-            outer += [f"sumIf(e_{i}, {since})", f"sumIf(g_{i}, {since})"]
-    sql = (
-        f"SELECT {', '.join(outer)} FROM (SELECT {', '.join(inner)} FROM {query.RECORDS} "  # noqa: S608
-        "WHERE tenant IN {tenants:Array(String)} AND contract IN {contracts:Array(String)} "
-        "AND start_time >= {start:DateTime64(9, 'UTC')} AND start_time < {end:DateTime64(9, 'UTC')}) "
-        "GROUP BY contract"
+    return sla_sql.window_counts(
+        *contract_codes(contracts),
+        [indicator(o) for o in objectives],
+        WINDOWS,
+        now,
+        exclusion_windows(exclusions_of(contracts, now - WINDOWS[-1], now)),
     )
-    rows = {row[0]: row[1:] for row in query.select(sql, params)}
-    zero = (0,) * (2 * len(WINDOWS) * len(objectives))
-    result = {}
-    for contract in contracts:
-        row = rows.get(contract.code, zero)
-        result[contract.code] = [
-            {w: (int(row[base + 2 * k]), int(row[base + 2 * k + 1])) for k, w in enumerate(WINDOWS)}
-            for base in range(0, len(row), 2 * len(WINDOWS))
-        ]
-    return result
 
 
 def burn_rate(eligible: int, good: int, target_percent: Decimal) -> Fraction:

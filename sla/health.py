@@ -13,15 +13,15 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from decimal import Decimal
-from typing import Any
 
 from django.utils import timezone
 
-from clickhouse_store import query
+from clickhouse_store.queries import sla as sla_sql
 from contracts.models import Contract
 
 from .alerting import Condition, reconcile
 from .models import SlaAlert
+from .selectors import contract_codes
 
 JITTER_WINDOW = timedelta(hours=1)
 JITTER_BUCKET_MINUTES = 5
@@ -30,41 +30,13 @@ JITTER_MIN_BUCKETS = 3
 RECENT = timedelta(hours=1)
 BASELINE = timedelta(days=1)
 
-_SCOPE = (
-    "tenant IN {tenants:Array(String)} AND contract IN {contracts:Array(String)} "
-    "AND start_time >= {start:DateTime64(9, 'UTC')} AND start_time < {end:DateTime64(9, 'UTC')}"
-)
-_JITTER_SQL = (
-    "SELECT contract, count(), stddevPop(p95) FROM (SELECT contract, "  # noqa: S608
-    "quantileExact(0.95)(end_ns - start_ns) / 1e6 AS p95 "
-    f"FROM {query.RECORDS} WHERE {_SCOPE} AND status = 'ok' "
-    "GROUP BY contract, toStartOfInterval(start_time, INTERVAL {bucket:UInt32} MINUTE)) GROUP BY contract"
-)
-_EXPERTS_SQL = (
-    "SELECT contract, e.layer, e.expert, "  # noqa: S608
-    "sumIf(e.tokens, start_time < {recent:DateTime64(9, 'UTC')}) AS before, "
-    "sumIf(e.tokens, start_time >= {recent:DateTime64(9, 'UTC')}) AS recent "
-    f"FROM {query.RECORDS} ARRAY JOIN experts AS e WHERE {_SCOPE} AND status = 'ok' "
-    "GROUP BY contract, e.layer, e.expert ORDER BY contract, e.layer, e.expert"
-)
-
-
-def _scope(contracts: Sequence[Contract], start: datetime, end: datetime) -> dict[str, Any]:
-    return {
-        "tenants": sorted({c.tenant.code for c in contracts}),
-        "contracts": [c.code for c in contracts],
-        "start": start,
-        "end": end,
-    }
-
 
 def route_jitter_ms(contracts: Sequence[Contract], now: datetime) -> dict[str, tuple[int, Decimal]]:
     """{contract code: (buckets with traffic, stddev of their P95 in ms)} over the window ending at `now`;
     contracts without served requests are left out."""
-    params = {**_scope(contracts, now - JITTER_WINDOW, now), "bucket": JITTER_BUCKET_MINUTES}
+    rows = sla_sql.p95_spread(*contract_codes(contracts), now - JITTER_WINDOW, now, JITTER_BUCKET_MINUTES)
     return {
-        code: (int(buckets), Decimal(str(spread)).quantize(Decimal("0.001")))
-        for code, buckets, spread in query.select(_JITTER_SQL, params)
+        code: (buckets, Decimal(str(spread)).quantize(Decimal("0.001"))) for code, buckets, spread in rows
     }
 
 
@@ -79,10 +51,11 @@ class ExpertUse:
 def expert_use(contracts: Sequence[Contract], now: datetime) -> dict[str, list[ExpertUse]]:
     """{contract code: tokens routed to each (layer, expert) in the baseline day and the recent hour}."""
     recent = now - RECENT
-    params = {**_scope(contracts, recent - BASELINE, now), "recent": recent}
     uses: dict[str, list[ExpertUse]] = {c.code: [] for c in contracts}
-    for code, layer, expert, before, after in query.select(_EXPERTS_SQL, params):
-        uses[code].append(ExpertUse(int(layer), int(expert), int(before), int(after)))
+    for code, layer, expert, before, after in sla_sql.expert_tokens(
+        *contract_codes(contracts), recent - BASELINE, recent, now
+    ):
+        uses[code].append(ExpertUse(layer, expert, before, after))
     return uses
 
 

@@ -11,14 +11,11 @@ from typing import Any
 from django.db.models import QuerySet
 
 from accounts.access import visible_tenant_ids
-from clickhouse_store import query
+from clickhouse_store.queries import sla as sla_sql
 from contracts.models import Contract
-from treemeter_records.timeutil import assume_utc
+from treemeter_records.timeutil import assume_utc, unix_nanos
 
 from .models import Exclusion, Objective, SlaReport
-from .sli import EXCLUDED, LATENCY_US, VALID, VALID_ALIAS, exclusion_params, indicator
-
-QUANTILES = ("0.5", "0.9", "0.95", "0.99", "0.999")
 
 
 @dataclass(frozen=True)
@@ -43,53 +40,39 @@ class Measurement:
     data_watermark: datetime | None
 
 
-def _measurement_sql(objectives: Sequence[Objective]) -> tuple[str, dict[str, Any]]:
-    params: dict[str, Any] = {}
-    inner = [
-        "start_time",
-        "status",
-        "ingested_at",
-        *(f"{expr} AS lat_{layer}" for layer, expr in LATENCY_US.items()),
-        f"{VALID} AS {VALID_ALIAS}",
-        f"{EXCLUDED} AS x",
-    ]
-    outer = [
-        "count() AS records",
-        "countIf(status = 'rejected') AS rejected",
-        "countIf(x) AS excluded",
-        "countIf(v) AS valid",
-        "countIf(v AND status = 'ok') AS served",
-        "if(count() = 0, NULL, max(ingested_at)) AS watermark",
-        *(
-            f"quantilesExactIf({', '.join(QUANTILES)})(lat_{layer}, v AND status = 'ok') AS q_{layer}"
-            for layer in LATENCY_US
-        ),
-    ]
-    day_arrays = []
-    for i, objective in enumerate(objectives):
-        ind = indicator(objective, i)
-        params.update(ind.params)
-        inner += [f"toUInt64({ind.eligible}) AS e_{i}", f"toUInt64({ind.good}) AS g_{i}"]
-        outer += [f"sum(e_{i}) AS eligible_{i}", f"sum(g_{i}) AS good_{i}"]
-        day_arrays += [f"[e_{i}]", f"[g_{i}]"]
-        if objective.timeslice_minutes:
-            params[f"slice_{i}"] = objective.timeslice_minutes
-            outer.append(
-                f"sumMapIf([toStartOfInterval(start_time, INTERVAL {{slice_{i}:UInt32}} MINUTE)], "
-                f"[e_{i}], [g_{i}], e_{i} = 1) AS slices_{i}"
-            )
-    if day_arrays:
-        outer.append(f"sumMap([toDate(start_time, {{tz:String}})], {', '.join(day_arrays)}) AS daily")
-    sql = (
-        f"SELECT {', '.join(outer)} FROM (SELECT {', '.join(inner)} FROM {query.RECORDS} "  # noqa: S608
-        "WHERE tenant = {tenant:String} AND contract = {contract:String} "
-        "AND start_time >= {start:DateTime64(9, 'UTC')} AND start_time < {end:DateTime64(9, 'UTC')})"
+def indicator(objective: Objective) -> sla_sql.Indicator:
+    """The objective as its queries count it (see `Objective`: availability, or one layer's latency)."""
+    if objective.kind == Objective.Kind.AVAILABILITY:
+        return sla_sql.Indicator(timeslice_minutes=objective.timeslice_minutes)
+    if objective.threshold_ms is None:
+        raise ValueError(f"latency objective {objective.name} has no threshold")
+    return sla_sql.Indicator(
+        layer=objective.layer,
+        threshold_us=int(objective.threshold_ms * 1000),
+        timeslice_minutes=objective.timeslice_minutes,
     )
-    return sql, params
 
 
-def _ms(micros: Any) -> Decimal:
-    return Decimal(int(micros)) / 1000
+def exclusion_windows(exclusions: Sequence[Exclusion]) -> list[sla_sql.ExclusionWindow]:
+    """The exclusions as their queries apply them (each to its own contract)."""
+    return [
+        sla_sql.ExclusionWindow(
+            contract=x.contract.code,
+            start_ns=unix_nanos(x.starts_at),
+            end_ns=unix_nanos(x.ends_at),
+            failed_only=x.scope == Exclusion.Scope.FAILED,
+        )
+        for x in exclusions
+    ]
+
+
+def contract_codes(contracts: Sequence[Contract]) -> tuple[list[str], list[str]]:
+    """The contracts' tenants (sorted, each once) and the contracts' own codes, as the queries take them."""
+    return sorted({c.tenant.code for c in contracts}), [c.code for c in contracts]
+
+
+def _ms(micros: int) -> Decimal:
+    return Decimal(micros) / 1000
 
 
 def measure(
@@ -101,40 +84,32 @@ def measure(
     time_zone: str,
 ) -> Measurement:
     """Counts, good counts per objective, exact percentiles per layer, daily and slice counts: one query."""
-    sql, params = _measurement_sql(objectives)
-    params.update(exclusion_params(exclusions))
-    params.update({"tenant": contract.tenant.code, "contract": contract.code, "start": start, "end": end})
-    if objectives:
-        params["tz"] = time_zone
-    (row,) = query.select_dicts(sql, params)
-    served = int(row["served"]) > 0
+    row = sla_sql.measurement(
+        contract.tenant.code,
+        contract.code,
+        [indicator(o) for o in objectives],
+        start,
+        end,
+        exclusion_windows(exclusions),
+        time_zone,
+    )
+    served = row.served > 0
     percentiles = {
-        layer: ({q: _ms(v) for q, v in zip(QUANTILES, row[f"q_{layer}"], strict=True)} if served else {})
-        for layer in LATENCY_US
+        layer: ({q: _ms(v) for q, v in values.items()} if served else {})
+        for layer, values in row.percentiles_us.items()
     }
-    counts = []
-    for i, objective in enumerate(objectives):
-        slices = None
-        if objective.timeslice_minutes:
-            keys, eligible, good = row[f"slices_{i}"]
-            slices = {k: (int(e), int(g)) for k, e, g in zip(keys, eligible, good, strict=True)}
-        counts.append(
-            ObjectiveCounts(eligible=int(row[f"eligible_{i}"]), good=int(row[f"good_{i}"]), slices=slices)
-        )
-    daily: dict[date, list[tuple[int, int]]] = {}
-    if objectives:
-        days, *arrays = row["daily"]
-        for j, day in enumerate(days):
-            daily[day] = [(int(arrays[2 * i][j]), int(arrays[2 * i + 1][j])) for i in range(len(objectives))]
     return Measurement(
-        record_count=int(row["records"]),
-        rejected_count=int(row["rejected"]),
-        excluded_count=int(row["excluded"]),
-        valid_count=int(row["valid"]),
-        objectives=counts,
+        record_count=row.records,
+        rejected_count=row.rejected,
+        excluded_count=row.excluded,
+        valid_count=row.valid,
+        objectives=[
+            ObjectiveCounts(eligible=eligible, good=good, slices=slices)
+            for (eligible, good), slices in zip(row.counts, row.slices, strict=True)
+        ],
         percentiles_ms=percentiles,
-        daily=daily,
-        data_watermark=None if row["watermark"] is None else assume_utc(row["watermark"]),
+        daily=row.daily,
+        data_watermark=None if row.watermark is None else assume_utc(row.watermark),
     )
 
 
