@@ -102,7 +102,7 @@ class InvoiceListView(generics.ListAPIView):
     serializer_class = InvoiceSummarySerializer
 
     def get_queryset(self) -> QuerySet[Invoice]:
-        return InvoiceFilter.narrow(visible_invoices(principal_of(self.request).tenant_id), self.request)
+        return InvoiceFilter.narrow(visible_invoices(principal_of(self.request)), self.request)
 
 
 class CreditNoteSerializer(serializers.ModelSerializer):
@@ -142,7 +142,7 @@ class CreditNoteListView(generics.ListAPIView):
     serializer_class = CreditNoteSerializer
 
     def get_queryset(self) -> QuerySet[Note]:
-        notes = visible_credit_notes(principal_of(self.request).tenant_id)
+        notes = visible_credit_notes(principal_of(self.request))
         return CreditNoteFilter.narrow(notes, self.request)
 
 
@@ -150,7 +150,7 @@ class CreditNoteDetailView(generics.RetrieveAPIView):
     serializer_class = CreditNoteSerializer
 
     def get_queryset(self) -> QuerySet[Note]:
-        return visible_credit_notes(principal_of(self.request).tenant_id)
+        return visible_credit_notes(principal_of(self.request))
 
 
 class InvoiceDetailView(generics.RetrieveAPIView):
@@ -281,7 +281,7 @@ class OutcomeDeclareView(generics.ListAPIView):
     serializer_class = OutcomeReadSerializer
 
     def get_queryset(self) -> QuerySet[Outcome]:
-        return OutcomeFilter.narrow(visible_outcomes(principal_of(self.request).tenant_id), self.request)
+        return OutcomeFilter.narrow(visible_outcomes(principal_of(self.request)), self.request)
 
     @extend_schema(request=OutcomeSerializer, responses={201: OutcomeReadSerializer})
     def post(self, request: Request) -> Any:

@@ -20,7 +20,7 @@ from rest_framework.request import Request
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
-from accounts.access import WRITE_BILLING, principal_of
+from accounts.access import PLATFORM, WRITE_BILLING, principal_of
 from common.fields import IdentifierField
 from ingest.outbox import store_pending
 from ledger.api import MAX_ID, AwareDateTimeField, answers_errors, seq_ranges
@@ -160,7 +160,7 @@ class DisputeListView(generics.ListAPIView):
     write_roles = WRITE_BILLING
 
     def get_queryset(self) -> QuerySet[Dispute]:
-        return evidence.disputes(principal_of(self.request).tenant_code)
+        return evidence.disputes(principal_of(self.request))
 
     @extend_schema(operation_id="ledger_disputes_list")
     def get(self, request: Request, *args: Any, **kwargs: Any) -> Response:
@@ -185,7 +185,7 @@ class DisputeDetailView(APIView):
     @extend_schema(responses={200: DisputeSerializer})
     @answers_errors
     def get(self, request: Request, pk: int) -> Response:
-        dispute = evidence.disputes(principal_of(request).tenant_code).filter(pk=pk).first()
+        dispute = evidence.disputes(principal_of(request)).filter(pk=pk).first()
         if dispute is None:
             raise LedgerLookupError(404, "unknown_dispute", f"No dispute {pk}.")
         return Response(DisputeSerializer(evidence.dispute_json(dispute)).data)
@@ -219,7 +219,7 @@ class DisputeResolveView(APIView):
 
 
 def _dispute(pk: int) -> Any:
-    return DisputeSerializer(evidence.dispute_json(evidence.disputes(None).get(pk=pk))).data
+    return DisputeSerializer(evidence.dispute_json(evidence.disputes(PLATFORM).get(pk=pk))).data
 
 
 _EPOCH = datetime(1970, 1, 1, tzinfo=UTC)

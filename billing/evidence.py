@@ -10,6 +10,7 @@ from typing import Any
 
 from django.db.models import QuerySet
 
+from accounts.access import Principal, scoped
 from clickhouse_store.queries.billing import named_record_starts, record_aggregates, window_record_starts
 from ledger.models import Checkpoint, LogBatch, LogLeaf
 from pricing.dimensions import AGGREGATED_DIMENSIONS, quantity_from_aggregate
@@ -71,9 +72,9 @@ def dispute_evidence(invoice: Invoice, line: Any) -> dict[str, Any]:
     }
 
 
-def disputes(tenant: str | None) -> QuerySet[Dispute]:
-    rows = Dispute.objects.select_related("tenant").prefetch_related("events__actor")
-    return rows if tenant is None else rows.filter(tenant__code=tenant)
+def disputes(principal: Principal) -> QuerySet[Dispute]:
+    """The disputes the principal sees, with their history."""
+    return scoped(Dispute.objects.select_related("tenant").prefetch_related("events__actor"), principal)
 
 
 def dispute_json(dispute: Dispute) -> dict[str, Any]:

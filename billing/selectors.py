@@ -17,6 +17,7 @@ from typing import Any
 
 from django.db.models import QuerySet, Sum
 
+from accounts.access import Principal, scoped
 from clickhouse_store.queries.billing import RatedContract, UsageRow, usage_rows
 from ledger.models import Checkpoint
 from pricing.dimensions import AGGREGATED_DIMENSIONS, quantity_from_aggregate
@@ -139,20 +140,19 @@ def invoice_with_lines(invoice_id: int) -> Invoice:
     )
 
 
-def visible_invoices(tenant_id: int | None) -> QuerySet[Invoice]:
-    """Every invoice for staff (None), else the tenant's own."""
-    invoices = Invoice.objects.select_related("contract", "tenant")
-    return invoices if tenant_id is None else invoices.filter(tenant_id=tenant_id)
+def visible_invoices(principal: Principal) -> QuerySet[Invoice]:
+    """The invoices the principal sees."""
+    return scoped(Invoice.objects.select_related("contract", "tenant"), principal)
 
 
-def visible_credit_notes(tenant_id: int | None) -> QuerySet[Note]:
+def visible_credit_notes(principal: Principal) -> QuerySet[Note]:
     notes = Note.objects.filter(kind=Note.Kind.CREDIT).select_related("invoice__contract")
-    return notes if tenant_id is None else notes.filter(invoice__tenant_id=tenant_id)
+    return scoped(notes, principal, "invoice__tenant")
 
 
-def visible_outcomes(tenant_id: int | None) -> QuerySet[Outcome]:
+def visible_outcomes(principal: Principal) -> QuerySet[Outcome]:
     outcomes = Outcome.objects.select_related("contract", "credit_note")
-    return outcomes if tenant_id is None else outcomes.filter(contract__tenant_id=tenant_id)
+    return scoped(outcomes, principal, "contract__tenant")
 
 
 def credit_balance(contract_id: int) -> Decimal:

@@ -10,7 +10,7 @@ from typing import Any
 
 from django.db.models import QuerySet
 
-from accounts.access import visible_tenant_ids
+from accounts.access import principal_of, scoped
 from clickhouse_store.queries import sla as sla_sql
 from contracts.models import Contract
 from treemeter_records.timeutil import assume_utc, unix_nanos
@@ -129,5 +129,4 @@ def exclusions_of(contracts: Sequence[Contract], start: datetime, end: datetime)
 def reports_for(request: Any) -> QuerySet[SlaReport]:
     """The reports a request may read: staff see every tenant's, others only their own tenant's."""
     reports = SlaReport.objects.select_related("contract", "contract__tenant", "contract__package")
-    tenant_ids = visible_tenant_ids(request)
-    return reports if tenant_ids is None else reports.filter(contract__tenant_id__in=tenant_ids)
+    return scoped(reports, principal_of(request), "contract__tenant")

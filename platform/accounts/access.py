@@ -89,9 +89,3 @@ WRITE_ANY = (Role.OWNER, Role.BILLING, Role.DEVELOPER)
 WRITE_BILLING = (Role.OWNER, Role.BILLING)
 WRITE_DEVELOPER = (Role.OWNER, Role.DEVELOPER)
 WRITE_OWNER = (Role.OWNER,)
-
-
-def visible_tenant_ids(request: Any) -> list[int] | None:
-    """TEMPORARY until sla.selectors.reports_for moves to `scoped`."""
-    principal = principal_of(request)
-    return None if principal.tenant_id is None else [principal.tenant_id]

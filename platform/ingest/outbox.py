@@ -11,9 +11,9 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from functools import partial
 
-from clickhouse_connect.driver.exceptions import ClickHouseError
 from django.db import DatabaseError, transaction
 
+from clickhouse_store.errors import StoreError
 from clickhouse_store.queries.records import insert_record_lines
 
 from .events import records_stored
@@ -52,7 +52,7 @@ def store_pending(only: Iterable[Committed] | None = None) -> int:
         else:
             for pk in list(PendingInsert.objects.order_by("pk").values_list("pk", flat=True)):
                 stored += _store(pk, partial(_read, pk))
-    except (ClickHouseError, DatabaseError) as error:
+    except (StoreError, DatabaseError) as error:
         raise StoreUnavailable(f"stored {stored} batches, then: {error}") from None
     return stored
 

@@ -202,7 +202,6 @@ NOT_FROM_REST = {
     "catalog.PackagePlan.code": "the catalogue is kept in the admin",
     "catalog.PackagePlan.name": "the catalogue is kept in the admin",
     "catalog.PlanPrice.dimension": "the catalogue is kept in the admin",
-    "catalog.PlanPrice.charge_model": "the catalogue is kept in the admin",
     "contracts.Contract.code": "made by the platform on purchase, or by staff in the admin",
     "contracts.Contract.checkout_session_id": "from Stripe",
     "contracts.Contract.issuing_entity": "set in the admin (not a PATCH term)",

@@ -41,7 +41,9 @@ def test_the_page_says_how_many_records_are_not_billed(client: Client) -> None:
 
     page = member(contract.tenant).get(f"/invoices/{invoice.pk}").content.decode()
 
-    said = re.search(r'data-testid="invoice-records">(.*?)</p>', page, re.S).group(1)
+    said_match = re.search(r'data-testid="invoice-records">(.*?)</p>', page, re.S)
+    assert said_match is not None
+    said = said_match.group(1)
     assert "31 usage records in this period." in said
     assert "1 of them is not billed: it failed, was rejected or was excluded." in said
     assert re.search(r'data-testid="invoice-period">11/01/2026 – 11/30/2026 \(UTC\)<', page)

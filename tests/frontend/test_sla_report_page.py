@@ -44,13 +44,17 @@ def test_each_daily_cell_is_under_its_objective(report) -> None:
     daily = page[page.index('class="data compact daily"') :]
     headings = re.findall(r"<th>([^<]+) %</th>", daily[: daily.index("</thead>")])
     assert headings == ["availability", "latency-l3"]
-    row = re.search(r"<tr><td>2026-11-10</td>(.*?)</tr>", daily).group(1)
+    row_match = re.search(r"<tr><td>2026-11-10</td>(.*?)</tr>", daily)
+    assert row_match is not None
+    row = row_match.group(1)
     assert re.findall(r"</span> ([^<]+)</td>", row) == ["100.0000", "33.3333"]
 
 
 def test_the_window_is_in_the_reports_time_zone_and_the_pdf_in_the_pages_language(report) -> None:
     english = member(report.contract.tenant).get(f"/sla-reports/{report.pk}").content.decode()
-    window = re.search(r'data-testid="sla-window">([^<]+)<', english).group(1)
+    window_match = re.search(r'data-testid="sla-window">([^<]+)<', english)
+    assert window_match is not None
+    window = window_match.group(1)
     assert window == "11/01/2026 – 11/30/2026 (Asia/Shanghai)"  # not the UTC 10/31 – 11/30
     assert f'/v1/sla/reports/{report.pk}/pdf?lang=en"' in english
     chinese = member(report.contract.tenant, language="zh-hans").get(f"/sla-reports/{report.pk}")
