@@ -93,10 +93,11 @@ def quotas(contract: Contract, start: datetime, end: datetime, now: datetime | N
 @dataclass(frozen=True)
 class KeyQuota:
     """An API key's monthly token quota: tokens used this month (leases still held count in full, as
-    the quota leases do) and what is left; `left` is None for a key without a quota."""
+    the quota leases do) and what is left. A key without a quota takes no leases, so its tokens are
+    not counted one by one: `used` and `left` are None (the contract's total is `contract_tokens`)."""
 
     api_key: ApiKey
-    used: int
+    used: int | None
     left: int | None
 
 
@@ -104,8 +105,17 @@ def key_quotas(keys: QuerySet[ApiKey], month: str) -> list[KeyQuota]:
     periods = {p.api_key_id: p for p in QuotaPeriod.objects.filter(api_key__in=keys, period=month)}
     rows = []
     for key in keys:
+        if key.quota_tokens is None:
+            rows.append(KeyQuota(key, None, None))
+            continue
         period = periods.get(key.pk)
         used = period.settled_tokens + period.outstanding_tokens if period else 0
-        left = None if key.quota_tokens is None else max(key.quota_tokens - used, 0)
-        rows.append(KeyQuota(key, used, left))
+        rows.append(KeyQuota(key, used, max(key.quota_tokens - used, 0)))
     return rows
+
+
+def contract_tokens(contract: Contract, start: datetime, end: datetime) -> Decimal:
+    """Input plus output tokens the contract's billable requests used in [start, end), every key together,
+    from the same query that rates invoices."""
+    usage = period_usage(contract.tenant.code, contract.code, start, end, {})
+    return usage.quantities.get("tokens_in", Decimal(0)) + usage.quantities.get("tokens_out", Decimal(0))

@@ -35,5 +35,6 @@ def contract_detail(request: HttpRequest, principal: Principal, code: str) -> Ht
         key_quotas=selectors.key_quotas(
             selectors.api_keys(principal).filter(contract=contract), month_of(start)
         ),
+        contract_tokens=selectors.contract_tokens(contract, start, end),
         invoices=selectors.invoices(principal).filter(contract=contract)[:12],
     )

@@ -93,7 +93,19 @@ def test_each_api_keys_token_quota_left_this_month() -> None:
     QuotaPeriod.objects.create(api_key=unlimited, period=month_of(start), settled_tokens=70)
     response = member(contract.tenant).get(reverse("portal-contract", kwargs={"code": contract.code}))
     rows = {row.api_key.name: (row.used, row.left) for row in response.context["key_quotas"]}
-    assert rows == {"limited": (500, 500), "open": (70, None)}
+    assert rows == {"limited": (500, 500), "open": (None, None)}  # no quota: no leases, not counted per key
     text = response.content.decode()
     assert f'data-testid="key-quota-left-{limited.prefix}">500<' in text
+    assert f'data-testid="key-quota-used-{unlimited.prefix}">—<' in text
     assert f'data-testid="key-quota-left-{unlimited.prefix}">—<' in text
+
+
+def test_the_contracts_tokens_this_month_are_shown_for_every_key_together() -> None:
+    contract = priced_contract()
+    start, _ = current_period()
+    issue_api_key(contract_code=contract.code, name="open")
+    ingest(contract, 4, start + (timezone.now() - start) / 2)  # 100 in + 20 out each
+    response = member(contract.tenant).get(reverse("portal-contract", kwargs={"code": contract.code}))
+    assert response.context["contract_tokens"] == Decimal(480)
+    said = re.search(r'data-testid="contract-tokens">([^<]+)<', response.content.decode())
+    assert said is not None and "This month the contract used 480 tokens" in said.group(1)
