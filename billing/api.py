@@ -16,7 +16,7 @@ from rest_framework.permissions import IsAdminUser
 from rest_framework.request import Request
 from rest_framework.views import APIView
 
-from accounts.access import WRITE_ANY, principal_of
+from accounts.access import WRITE_ANY, principal_of, scoped
 from common.errors import error_response
 from common.fields import IdentifierField, StrictCharField
 from common.filters import ListFilter, code_filter
@@ -159,9 +159,7 @@ class InvoiceDetailView(generics.RetrieveAPIView):
     serializer_class = InvoiceSerializer
 
     def get_queryset(self) -> QuerySet[Invoice]:
-        invoices = Invoice.objects.select_related("contract", "tenant").prefetch_related("lines")
-        tenant = _acting_tenant(self.request)
-        return invoices if tenant is None else invoices.filter(tenant__code=tenant)
+        return visible_invoices(principal_of(self.request)).prefetch_related("lines")
 
 
 class CreditGrantSerializer(serializers.Serializer):
@@ -204,9 +202,7 @@ class InvoicePdfView(APIView):
         responses={(200, "application/pdf"): OpenApiTypes.BINARY},
     )
     def get(self, request: Request, pk: int) -> Any:
-        tenant = _acting_tenant(request)
-        invoices = Invoice.objects.filter(pk=pk)
-        invoice = (invoices if tenant is None else invoices.filter(tenant__code=tenant)).first()
+        invoice = visible_invoices(principal_of(request)).filter(pk=pk).first()
         if invoice is None:
             return error_response(404, "invoice_not_found", f"No invoice {pk}.")
         language = request.query_params.get("lang", "en")
@@ -225,11 +221,6 @@ def stripe_webhook(request: HttpRequest) -> JsonResponse:
     except BillingError as error:
         return error_response(error.http_status, error.code, error.message, error.details)
     return JsonResponse({"received": True, "type": event_type, "duplicate": not handled})
-
-
-def _acting_tenant(request: Request) -> str | None:
-    """None for staff (every tenant), else the caller's tenant code (403 no_tenant for neither)."""
-    return principal_of(request).tenant_code
 
 
 class OutcomeReadSerializer(serializers.ModelSerializer):
@@ -285,12 +276,11 @@ class OutcomeDeclareView(generics.ListAPIView):
 
     @extend_schema(request=OutcomeSerializer, responses={201: OutcomeReadSerializer})
     def post(self, request: Request) -> Any:
-        tenant = _acting_tenant(request)
+        principal = principal_of(request)
         body = OutcomeSerializer(data=request.data)
         body.is_valid(raise_exception=True)
         data = body.validated_data
-        contracts = Contract.objects.filter(code=data["contract"])
-        contract = (contracts if tenant is None else contracts.filter(tenant__code=tenant)).first()
+        contract = scoped(Contract.objects.filter(code=data["contract"]), principal).first()
         if contract is None:
             return error_response(404, "contract_not_found", f"No contract {data['contract']!r}.")
         check_currency(contract, data.get("currency"))
@@ -310,13 +300,7 @@ class OutcomeDecisionView(APIView):
 
     @extend_schema(request=OutcomeDecisionSerializer, responses={200: OutcomeReadSerializer})
     def post(self, request: Request, pk: int) -> Any:
-        tenant = _acting_tenant(request)
-        outcomes = Outcome.objects.select_related("contract", "credit_note")
-        outcome = (
-            (outcomes if tenant is None else outcomes.filter(contract__tenant__code=tenant))
-            .filter(pk=pk)
-            .first()
-        )
+        outcome = visible_outcomes(principal_of(request)).filter(pk=pk).first()
         if outcome is None:
             return error_response(404, "outcome_not_found", f"No outcome {pk}.")
         body = OutcomeDecisionSerializer(data=request.data)

@@ -80,8 +80,12 @@ PLATFORM = Principal(tenant=None, role=STAFF, user_id=None)
 
 
 def scoped(rows: QuerySet[M], principal: Principal, tenant: str = "tenant") -> QuerySet[M]:
-    """The one way a read is narrowed to its caller: staff see every row, anyone else the rows whose
-    `tenant` lookup (the path to their Tenant, e.g. "contract__tenant") is their own tenant."""
+    """The one way a read of the ORM is narrowed to its caller: staff see every row, anyone else the rows
+    whose `tenant` lookup (the path to their Tenant, e.g. "contract__tenant") is their own tenant.
+
+    Stores that carry the tenant's code rather than a foreign key (ClickHouse records, the ledger's
+    leaves) narrow by `principal.tenant_code`, None meaning every tenant: `usage.selectors.scoped_filter`
+    and `ledger.selectors.inclusion_proof`."""
     return rows if principal.is_staff else rows.filter(**{tenant: principal.tenant_id})
 
 
