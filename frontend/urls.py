@@ -2,7 +2,7 @@
 
 from django.urls import path
 
-from .views import catalog, contracts, home, invoices, keys, sla, usage, webhooks
+from .views import catalog, contracts, home, invoices, keys, pdfs, sla, usage, webhooks
 
 urlpatterns = [
     path("", home.home, name="portal-home"),
@@ -15,12 +15,14 @@ urlpatterns = [
     path("usage/", usage.dashboard, name="portal-usage"),
     path("invoices/", invoices.invoice_list, name="portal-invoices"),
     path("invoices/<int:pk>", invoices.invoice_detail, name="portal-invoice"),
+    path("invoices/<int:pk>/pdf", pdfs.invoice_pdf, name="portal-invoice-pdf"),
     path("invoices/<int:pk>/lines/<int:line_pk>/dispute", invoices.dispute_line, name="portal-dispute-line"),
     path("credit-notes/", invoices.note_list, name="portal-notes"),
     path("disputes/", invoices.dispute_list, name="portal-disputes"),
     path("disputes/<int:pk>", invoices.dispute_detail, name="portal-dispute"),
     path("sla-reports/", sla.report_list, name="portal-sla-reports"),
     path("sla-reports/<int:pk>", sla.report_detail, name="portal-sla-report"),
+    path("sla-reports/<int:pk>/pdf", pdfs.sla_report_pdf, name="portal-sla-report-pdf"),
     path("api-keys/", keys.key_list, name="portal-keys"),
     path("api-keys/<str:prefix>/revoke", keys.key_revoke, name="portal-key-revoke"),
     path("webhooks/", webhooks.endpoint_list, name="portal-webhooks"),

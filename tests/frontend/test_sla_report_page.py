@@ -56,9 +56,9 @@ def test_the_window_is_in_the_reports_time_zone_and_the_pdf_in_the_pages_languag
     assert window_match is not None
     window = window_match.group(1)
     assert window == "11/01/2026 – 11/30/2026 (Asia/Shanghai)"  # not the UTC 10/31 – 11/30
-    assert f'/v1/sla/reports/{report.pk}/pdf?lang=en"' in english
+    assert f'/sla-reports/{report.pk}/pdf?lang=en"' in english
     chinese = member(report.contract.tenant, language="zh-hans").get(f"/sla-reports/{report.pk}")
-    assert f'/v1/sla/reports/{report.pk}/pdf?lang=zh-Hans"' in chinese.content.decode()
+    assert f'/sla-reports/{report.pk}/pdf?lang=zh-Hans"' in chinese.content.decode()
 
 
 def test_the_pdf_chart_plots_every_objective_and_no_bar_without_traffic(report) -> None:
