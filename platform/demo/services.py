@@ -20,6 +20,7 @@ from pricing.dimensions import Dimension
 from treemeter_records import private_key_from_seed, public_key_to_b64
 
 AGENT_ID = "agent-demo-1"
+HOST_CLASS = "cpu-demo"  # the host class of the demo's agents, priced by the demo's host cost profile
 
 
 @dataclass(frozen=True)
@@ -79,6 +80,7 @@ class DemoSetup:
     keys: list[DemoKey]
     agent_id: str
     agent_seed: bytes
+    data_dir: Path
 
     @property
     def contract(self) -> Contract:
@@ -120,15 +122,15 @@ def seed_demo(data_dir: Path) -> DemoSetup:
         for sla_class in spec.sla_classes:
             issued = issue_api_key(contract_code=contract.code, sla_class=sla_class, name="demo")
             keys.append(DemoKey(contract, sla_class, issued.secret))
-    seed = _read_or_create_seed(data_dir / "demo-agent-key")
+    seed = read_or_create_seed(data_dir / "demo-agent-key")
     register_agent(
         agent_id=AGENT_ID,
         public_key_b64=public_key_to_b64(private_key_from_seed(seed)),
         tenant_codes=[],
         contract_codes=[c.code for c in contracts],
-        host_class="cpu-demo",
+        host_class=HOST_CLASS,
     )
-    return DemoSetup(contracts, keys, AGENT_ID, seed)
+    return DemoSetup(contracts, keys, AGENT_ID, seed, data_dir)
 
 
 def ensure_admin(data_dir: Path) -> tuple[str, str]:
@@ -148,7 +150,8 @@ def ensure_admin(data_dir: Path) -> tuple[str, str]:
     return "admin", password
 
 
-def _read_or_create_seed(path: Path) -> bytes:
+def read_or_create_seed(path: Path) -> bytes:
+    """An agent's private key seed, made once and kept in the data dir."""
     if not path.exists():
         path.write_bytes(os.urandom(32))
         path.chmod(0o600)

@@ -6,16 +6,23 @@ from io import StringIO
 
 import pytest
 from django.core.management import call_command
+from django.utils import timezone
 
 from billing.models import Invoice
+from catalog.models import HostCostProfile, PackagePlan
 from clickhouse_store import query
+from common.periods import month_bounds, month_of, previous_month
+from demo.history import HISTORY_AGENT_ID
+from sla.models import SlaReport
 
 pytestmark = [pytest.mark.usefixtures("clickhouse"), pytest.mark.django_db(transaction=True)]
 
 
 def test_run_demo_invoices_what_the_agent_served() -> None:
     out = StringIO()
-    call_command("run_demo", "--no-serve", "--port", "0", "--requests", "8", stdout=out)
+    call_command(
+        "run_demo", "--no-serve", "--port", "0", "--requests", "8", "--history-days", "0", stdout=out
+    )
     text = out.getvalue()
     assert "8 × HTTP 200, 1 × HTTP 400, 1 × HTTP 401" in text
     rows = query.select(
@@ -31,3 +38,48 @@ def test_run_demo_invoices_what_the_agent_served() -> None:
     invoices = {i.contract.code: i.record_count for i in Invoice.objects.select_related("contract")}
     assert invoices == {code: records for code, (records, _) in stored.items()}
     assert "records all invoiced" in text
+
+
+def stored_contracts() -> set[str]:
+    return {"acme-legal-review-2026", "st-mary-matching-2026", "nova-batch-2026"}
+
+
+def test_run_demo_sends_its_history_once_with_terms_for_every_page() -> None:
+    first = StringIO()
+    call_command(
+        "run_demo", "--no-serve", "--port", "0", "--requests", "3", "--history-days", "3", stdout=first
+    )
+    [(history, history_ok)] = query.select(
+        f"SELECT count(), countIf(status = 'ok') FROM {query.RECORDS} WHERE agent_id = {{agent:String}}",
+        {"agent": HISTORY_AGENT_ID},
+    )
+    assert history > 100 and history_ok > 0.9 * history
+    assert f"History (3 days before today): {history:,} records signed and ingested" in first.getvalue()
+    packages = {"contract-review", "patient-matching", "batch-summaries"}
+    assert set(PackagePlan.objects.filter(active=True).values_list("package__code", flat=True)) == packages
+    assert HostCostProfile.objects.filter(host_class="cpu-demo").exists()
+    reports = SlaReport.objects.select_related("contract__package__sla_policy")
+    assert {r.contract.package.sla_policy.objectives.count() for r in reports} == {4}
+    assert sum(r.valid_count for r in reports) > 0
+    start, end = month_bounds(previous_month(month_of(timezone.now())))
+    rows = query.select(
+        f"SELECT contract, count() FROM {query.RECORDS} "
+        "WHERE start_time >= {start:DateTime64(9, 'UTC')} AND start_time < {end:DateTime64(9, 'UTC')} "
+        "GROUP BY contract",
+        {"start": start, "end": end},
+    )
+    in_closed_month = dict(rows)
+    closed = Invoice.objects.filter(period_start=start, period_end=end).select_related("contract")
+    assert {i.contract.code: (i.status, i.record_count) for i in closed} == {
+        code: ("finalized", in_closed_month.get(code, 0)) for code in stored_contracts()
+    }
+
+    again = StringIO()
+    call_command(
+        "run_demo", "--no-serve", "--port", "0", "--requests", "3", "--history-days", "3", stdout=again
+    )
+    assert "History (3 days before today): already ingested" in again.getvalue()
+    [(after,)] = query.select(
+        f"SELECT count() FROM {query.RECORDS} WHERE agent_id = {{agent:String}}", {"agent": HISTORY_AGENT_ID}
+    )
+    assert after == history

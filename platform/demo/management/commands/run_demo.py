@@ -23,6 +23,7 @@ from clickhouse_store.migrator import apply_migrations
 from clickhouse_store.queries.records import count_records
 from common.money import round_money
 from demo.agent import RunningAgent, start_agent
+from demo.history import backfill, seed_terms
 from demo.server import start_api_server
 from demo.services import DemoSetup, ensure_admin, seed_demo
 
@@ -43,6 +44,12 @@ class Command(BaseCommand):
         parser.add_argument("--host", default="127.0.0.1")
         parser.add_argument("--port", type=int, default=8000, help="0 picks a free port.")
         parser.add_argument("--no-serve", action="store_true", help="Exit after printing the invoices.")
+        parser.add_argument(
+            "--history-days",
+            type=int,
+            default=30,
+            help="Days of signed usage sent before the live run (once per data dir); 0 for none.",
+        )
 
     def handle(self, *args: Any, **options: Any) -> None:
         console = Console(file=cast(TextIO, self.stdout), width=110)
@@ -53,6 +60,7 @@ class Command(BaseCommand):
             call_command("migrate", verbosity=0)
             apply_migrations()
             setup = seed_demo(settings.DATA_DIR)
+            seed_terms()
             admin_user, admin_password = ensure_admin(settings.DATA_DIR)
         console.print(f"Data in {settings.DATA_DIR}  ·  ClickHouse {settings.CLICKHOUSE_URL}")
         try:
@@ -70,6 +78,10 @@ class Command(BaseCommand):
             f"{engine.weights_sha3[:16]}…"
         )
         try:
+            if options["history_days"] > 0:
+                self._history(
+                    console, setup, url, options["history_days"], (engine.model_id, engine.weights_sha3)
+                )
             self._send_requests(console, setup, running, options["requests"])
             shipped = running.agent.shipper.drain()
             console.print(
@@ -89,6 +101,25 @@ class Command(BaseCommand):
                 time.sleep(3600)
         except KeyboardInterrupt:
             server.shutdown()
+
+    def _history(
+        self, console: Console, setup: DemoSetup, url: str, days: int, model: tuple[str, str]
+    ) -> None:
+        with console.status(f"Sending {days} days of signed usage history, then SLA reports and invoices…"):
+            history = backfill(setup, url, datetime.now(UTC), days, model)
+        sent = f"{history.records:,} records signed and ingested" if history.records else "already ingested"
+        console.print(f"History ({days} days before today): {sent}")
+        for report in history.sla_reports:
+            console.print(
+                f"  SLA {report.contract.code} {report.month}: {report.valid_count:,} valid requests, "
+                f"service credit {report.credit_percent.normalize():f} % ({report.status})"
+            )
+        for invoice in history.invoices:
+            console.print(
+                f"  Invoice {invoice.number or '(draft)'} {invoice.contract.code} "
+                f"{invoice.period_start:%Y-%m}: {invoice.total} {invoice.currency}, "
+                f"{invoice.record_count:,} records"
+            )
 
     def _send_requests(self, console: Console, setup: DemoSetup, running: RunningAgent, count: int) -> None:
         """A mix over tenants, SLA classes and both endpoints, plus a bad key and a malformed body."""
