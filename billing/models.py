@@ -176,6 +176,7 @@ class CreditEntry(models.Model):
 
     class Meta:
         ordering = ["contract", "id"]
+        verbose_name_plural = "credit entries"
         constraints = [
             models.UniqueConstraint(fields=["contract", "reference"], name="one_credit_entry_per_reference"),
         ]

@@ -41,7 +41,7 @@ LATE_DECISION = {
 def invoices(selected: selectors.InvoiceFilter) -> Table:
     columns = (
         Column("id", pgettext_lazy("finance", "ID"), "integer"),
-        Column("number", pgettext_lazy("finance", "Number")),
+        Column("number", pgettext_lazy("finance", "Number"), link="portal-invoice"),
         Column("tenant_code", pgettext_lazy("finance", "Tenant")),
         Column("contract_code", pgettext_lazy("finance", "Contract")),
         Column("package_code", pgettext_lazy("finance", "Package")),

@@ -26,6 +26,7 @@ class Column:
     precision: int = 38
     labels: Mapping[str, str | Promise] = field(default_factory=dict)  # display names of code values
     percent: bool = False  # a ratio shown as a percentage on the page (exports keep the ratio)
+    link: str = ""  # on the page, a link to this URL name with the row's id (exports keep the value)
 
 
 def money(key: str, label: str | Promise) -> Column:

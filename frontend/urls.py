@@ -6,6 +6,7 @@ from .views import catalog, contracts, home, invoices, keys, pdfs, sla, usage, w
 
 urlpatterns = [
     path("", home.home, name="portal-home"),
+    path("favicon.ico", home.favicon, name="favicon"),
     path("login/", home.LoginView.as_view(), name="portal-login"),
     path("logout/", home.LogoutView.as_view(), name="portal-logout"),
     path("packages/", catalog.packages, name="portal-packages"),

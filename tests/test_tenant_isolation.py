@@ -178,6 +178,7 @@ PUBLIC: dict[str, str] = {
     "admin:logout": "signing out of the admin needs no staff rights; it shows no data",
     "portal-login": "the portal's sign-in form",
     "portal-logout": "signing out needs no session",
+    "favicon": "the site's icon: no data",
 }
 
 # The Django admin is staff-only (AdminSite.admin_view): every principal here must be sent to its login.

@@ -4,6 +4,9 @@ from __future__ import annotations
 
 from django.contrib.auth import views as auth_views
 from django.http import HttpRequest, HttpResponse
+from django.shortcuts import redirect
+from django.templatetags.static import static
+from django.views.decorators.http import require_GET
 
 from accounts.access import Principal
 from billing.models import Dispute, Invoice
@@ -37,3 +40,9 @@ def home(request: HttpRequest, principal: Principal) -> HttpResponse:
         open_disputes=selectors.disputes(principal).filter(status=Dispute.Status.OPEN).count(),
         recent_invoices=invoices[:5],
     )
+
+
+@require_GET
+def favicon(request: HttpRequest) -> HttpResponse:
+    """Browsers ask for /favicon.ico on every page that names none (the admin, the API docs)."""
+    return redirect(static("frontend/favicon.svg"), permanent=True)

@@ -83,6 +83,7 @@ class WebhookDelivery(models.Model):
 
     class Meta:
         ordering = ["-created_at", "-id"]
+        verbose_name_plural = "webhook deliveries"
         constraints = [
             models.UniqueConstraint(fields=["event", "endpoint"], name="webhooks_one_delivery_per_endpoint")
         ]

@@ -145,3 +145,10 @@ def test_csv_and_parquet_are_exactly_the_rows_shown(invoices: dict[str, Any]) ->
     assert all(isinstance(r["total"], Decimal) for r in parsed)
     assert parsed[1]["finalized_at"] == invoices["usd"].finalized_at == DEC_2
     assert Invoice.objects.get(pk=parsed[0]["id"]).status == "grace"
+
+
+def test_invoice_numbers_link_to_the_invoice_and_the_table_scrolls(invoices: dict[str, Any]) -> None:
+    page = staff_client().get("/finance/invoices/?tenant=bolt").content.decode()
+    usd = invoices["usd"]
+    assert f'<a href="/invoices/{usd.pk}">{usd.number}</a>' in page
+    assert '<div class="table-scroll">' in page and 'class="data sticky-first"' in page
