@@ -117,6 +117,12 @@ def _price_segment_zh(details: dict[str, Any]) -> str:
     return ""
 
 
+STATUS_TEXT = {
+    "en": {"draft": "draft", "grace": "grace period", "finalized": "final", "paid": "paid", "void": "void"},
+    "zh-Hans": {"draft": "草稿", "grace": "宽限期", "finalized": "已定稿", "paid": "已支付", "void": "已作废"},
+}
+
+
 def _checkpoint(invoice: Invoice) -> str:
     """The checkpoint covering the invoice's records, as the dispute evidence and the verifier name it."""
     checkpoint = invoice_checkpoint(invoice)
@@ -165,7 +171,7 @@ def render_invoice_pdf(invoice: Invoice, language: str = "en") -> bytes:
         f"{t['customer']}: {tenant.name} ({tenant.code})",
         f"{t['contract']}: {invoice.contract.code}",
         f"{t['period']}: {invoice.period_start:%Y-%m-%d} – {invoice.period_end:%Y-%m-%d}",
-        f"{t['status']}: {invoice.status}",
+        f"{t['status']}: {STATUS_TEXT[language].get(invoice.status, invoice.status)}",
         f"{t['checkpoint']}: {_checkpoint(invoice) or t['none']}",
         *_completeness(invoice, t),
     ]

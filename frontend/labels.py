@@ -19,6 +19,16 @@ DIMENSIONS: dict[str, Promise] = {
     "outcomes": _("Verified outcomes"),
 }
 
+# A package's business unit (catalog.ComputePackage.unit): the common ones have a Chinese name.
+UNITS: dict[str, Promise] = {
+    "request": _("request"),
+    "document": _("document"),
+    "contract": _("contract"),
+    "page": _("page"),
+    "report": _("report"),
+    "prediction": _("prediction"),
+}
+
 STATUSES: dict[str, Promise] = {
     "pending_payment": _("Waiting for payment"),
     "active": _("Active"),

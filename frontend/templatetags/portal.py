@@ -41,6 +41,11 @@ def dimension_label(code: str) -> str:
 
 
 @register.filter
+def unit_label(code: str) -> str:
+    return str(labels.UNITS.get(code, code))
+
+
+@register.filter
 def status_label(code: str) -> str:
     return labels.label(labels.STATUSES, code)
 

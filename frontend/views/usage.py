@@ -51,5 +51,14 @@ def dashboard(request: HttpRequest, principal: Principal) -> HttpResponse:
             "sla": _("SLA threshold"),
             "no_data": _("No usage in this range."),
             "failed": _("The figures could not be loaded."),
+            # What the API answers in codes, named for the reader: dimensions, packages, latency layers.
+            "dimensions": {code: str(labels.label(labels.DIMENSIONS, code)) for code in USAGE_DIMENSIONS},
+            "packages": {c.package.code: c.package.name for c in contracts},
+            "layers": {
+                "L1": _("L1 decision"),
+                "L2": _("L2 preparation"),
+                "L3": _("L3 compute"),
+                "total": _("Total"),
+            },
         },
     )

@@ -60,12 +60,12 @@
 
   function timeseries(id, body) {
     var series = (body.series || []).map(function (s) {
-      return { name: s.package, type: "line", showSymbol: s.points.length <= FEW,
+      return { name: text.packages[s.package] || s.package, type: "line", showSymbol: s.points.length <= FEW,
                data: s.points.map(function (p) { return [p[0], num(p[1])]; }) };
     });
     var empty = series.every(function (s) { return s.data.length === 0; });
     show(id, { tooltip: { trigger: "axis" }, legend: { top: 0 }, grid: { left: 60, right: 20, top: 40, bottom: 40 },
-               xAxis: { type: "time" }, yAxis: { type: "value", name: body.dimension }, series: series }, empty);
+               xAxis: { type: "time" }, yAxis: { type: "value", name: text.dimensions[body.dimension] || body.dimension }, series: series }, empty);
   }
 
   function experts(id, body) {
@@ -103,7 +103,8 @@
                     data: sla.map(function (s) { return [s.layer, Number(s.threshold_ms)]; }) });
     }
     show(id, { tooltip: { trigger: "axis" }, legend: { top: 0 }, grid: { left: 60, right: 20, top: 40, bottom: 40 },
-               xAxis: { type: "category", data: layers }, yAxis: { type: "value", name: "ms" }, series: series },
+               xAxis: { type: "category", data: layers, axisLabel: { formatter: function (l) { return text.layers[l] || l; } } },
+               yAxis: { type: "value", name: "ms" }, series: series },
          layers.every(function (l) { return body.layers[l].p50_ms == null; }));
   }
 
