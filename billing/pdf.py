@@ -90,7 +90,7 @@ ZH_ITEMS = {
     "l3_seconds": "GPU 时间 (L3 秒)",
     "distinct_experts": "每请求不同专家数",
     "outcomes": "已验证结果",
-    "base_fee": "基本费",
+    "base_fee": "基础费",
     "commitment": "最低承诺补足",
     "discount": "折扣",
     "adjustment": "迟到用量调整",

@@ -47,7 +47,7 @@ def _invoice() -> int:
                 "发票 TREEMETER-000001",
                 "客户: Acme Legal 律所",
                 "请求数",
-                "基本费 Base fee",
+                "基础费 Base fee",
                 "应付金额",
                 "税额 6 %",
             ],
