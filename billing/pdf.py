@@ -119,7 +119,13 @@ def _price_segment_zh(details: dict[str, Any]) -> str:
 
 STATUS_TEXT = {
     "en": {"draft": "draft", "grace": "grace period", "finalized": "final", "paid": "paid", "void": "void"},
-    "zh-Hans": {"draft": "草稿", "grace": "宽限期", "finalized": "已定稿", "paid": "已支付", "void": "已作废"},
+    "zh-Hans": {
+        "draft": "草稿",
+        "grace": "宽限期",
+        "finalized": "已定稿",
+        "paid": "已支付",
+        "void": "已作废",
+    },
 }
 
 

@@ -2,7 +2,7 @@
 
 from django.urls import path
 
-from .views import catalog, contracts, home, invoices, keys, pdfs, sla, usage, webhooks
+from .views import catalog, contracts, home, invoices, keys, pdfs, records, sla, usage, webhooks
 
 urlpatterns = [
     path("", home.home, name="portal-home"),
@@ -17,6 +17,10 @@ urlpatterns = [
     path("invoices/", invoices.invoice_list, name="portal-invoices"),
     path("invoices/<int:pk>", invoices.invoice_detail, name="portal-invoice"),
     path("invoices/<int:pk>/pdf", pdfs.invoice_pdf, name="portal-invoice-pdf"),
+    path(
+        "invoices/<int:pk>/lines/<int:line_pk>/records", records.line_record_list, name="portal-line-records"
+    ),
+    path("records/<uuid:record_id>", records.record_detail, name="portal-record"),
     path("invoices/<int:pk>/lines/<int:line_pk>/dispute", invoices.dispute_line, name="portal-dispute-line"),
     path("credit-notes/", invoices.note_list, name="portal-notes"),
     path("disputes/", invoices.dispute_list, name="portal-disputes"),

@@ -83,9 +83,7 @@ def _used(app: str) -> set[Message]:
 def test_every_message_used_is_in_the_catalogue_and_translated(app: str) -> None:
     po = polib.pofile(str(ROOT / app / "locale" / "zh_Hans" / "LC_MESSAGES" / "django.po"))
     translated = {
-        (e.msgctxt or "", e.msgid)
-        for e in po
-        if not e.obsolete and e.translated() and "fuzzy" not in e.flags
+        (e.msgctxt or "", e.msgid) for e in po if not e.obsolete and e.translated() and "fuzzy" not in e.flags
     }
     used = _used(app)
     assert len(used) > 50  # the extraction found the app's messages at all

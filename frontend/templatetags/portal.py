@@ -91,3 +91,25 @@ def period(start: datetime, end: datetime) -> str:
     if end.date() != start.date():
         end_text = f"{formats.date_format(end, 'SHORT_DATE_FORMAT')} {end_text}"
     return f"{formats.date_format(start, 'SHORT_DATE_FORMAT')} {start:%H:%M:%S} – {end_text} UTC"
+
+
+EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
+
+
+@register.filter
+def ns_time(nanos: int) -> str:
+    """A record's nanosecond timestamp as UTC date and time to the millisecond."""
+    instant = EPOCH + timedelta(microseconds=int(nanos) // 1000)
+    return f"{instant:%Y-%m-%d %H:%M:%S}.{instant.microsecond // 1000:03d}"
+
+
+@register.filter
+def ms(micros: int) -> str:
+    """Microseconds as milliseconds, one decimal, in the active language's number format."""
+    return number_format(Decimal(int(micros)) / 1000, decimal_pos=1)
+
+
+@register.filter
+def percent(fraction: Decimal | None) -> str:
+    """A fraction (0.25) as a percentage (25.0000 %)."""
+    return "" if fraction is None else f"{number_format(Decimal(fraction) * 100, decimal_pos=4)} %"

@@ -9,12 +9,15 @@ from __future__ import annotations
 import base64
 from typing import Any
 
+from django.conf import settings
 from django.db.models import Max, QuerySet
 
+from treemeter_records import private_key_from_seed
 from treemeter_records.merkle import leaf_hash
 
 from .merkle import consistency_path, inclusion_path
 from .models import Checkpoint, LogLeaf
+from .notes import raw_public_key
 from .store import stored_lines
 from .tree import StoredTree
 
@@ -54,6 +57,11 @@ def covering_checkpoint(tenant: str, contract: str, start_ns: int, end_ns: int) 
     if last is None:
         return None
     return Checkpoint.objects.filter(size__gt=last).order_by("size", "id").first()
+
+
+def checkpoint_public_key() -> bytes:
+    """The raw Ed25519 public key that signs the checkpoints (its name is settings.LEDGER_ORIGIN)."""
+    return raw_public_key(private_key_from_seed(settings.PLATFORM_SIGNING_KEY))
 
 
 def checkpoint_json(checkpoint: Checkpoint) -> dict[str, Any]:

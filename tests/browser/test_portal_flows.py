@@ -188,3 +188,20 @@ def rendering_fonts(page: Page, selector: str) -> list[str]:
     node = cdp.send("DOM.querySelector", {"nodeId": root, "selector": selector})["nodeId"]
     fonts = cdp.send("CSS.getPlatformFontsForNode", {"nodeId": node})["fonts"]
     return [font["familyName"] for font in fonts]
+
+
+def test_a_member_follows_a_line_to_a_record_and_verifies_its_inclusion(page: Page, shots: Shots) -> None:
+    alpha = build_tenant("alpha")
+    sign_in(page, alpha.users[Role.READ_ONLY].username, PASSWORD)
+    page.goto(f"/invoices/{alpha.invoice.pk}")
+    page.get_by_test_id(f"line-records-{alpha.free_line.pk}").click()
+    expect(page.get_by_test_id("line-records")).to_be_visible()
+    shots("records of an invoice line")
+    page.locator('[data-testid="line-records"] tbody a').first.click()
+    expect(page.get_by_test_id("record-leaf-hash")).not_to_be_empty()
+    page.get_by_test_id("verify-record").click()
+    steps = page.get_by_test_id("verify-steps")
+    expect(steps).to_have_attribute("data-state", "verified", timeout=10_000)
+    expect(steps.locator("li.ok")).to_have_count(5)  # path, checkpoint, key, signature, and the summary
+    expect(steps).to_contain_text("Verified in your browser: this record is in the signed log.")
+    shots("record verified in the browser")

@@ -25,6 +25,8 @@ PAGES: dict[str, Callable[[TenantData], dict[str, Any]]] = {
     "portal-usage": lambda d: {},
     "portal-invoices": lambda d: {},
     "portal-invoice": lambda d: {"pk": d.invoice.pk},
+    "portal-line-records": lambda d: {"pk": d.invoice.pk, "line_pk": d.free_line.pk},
+    "portal-record": lambda d: {"record_id": d.record_ids[0]},
     "portal-dispute-line": lambda d: {"pk": d.invoice.pk, "line_pk": d.free_line.pk},
     "portal-notes": lambda d: {},
     "portal-disputes": lambda d: {},
@@ -54,6 +56,8 @@ SHOWS: dict[str, Callable[[TenantData], str]] = {
 OBJECT_PAGES = [
     "portal-contract",
     "portal-invoice",
+    "portal-line-records",
+    "portal-record",
     "portal-dispute-line",
     "portal-dispute",
     "portal-sla-report",

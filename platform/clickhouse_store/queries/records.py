@@ -59,3 +59,34 @@ def count_records(contract: str, start: datetime, end: datetime) -> tuple[int, i
         {"contract": contract, "start": start, "end": end},
     )[0]
     return records, served
+
+
+_PAGE_SQL = f"{_PERIOD_SQL} ORDER BY start_ns, record_id LIMIT {{limit:UInt32}} OFFSET {{offset:UInt64}}"
+_ONE_SQL = f"SELECT {_COLUMNS} FROM {query.RECORDS} WHERE record_id = {{record_id:UUID}}"  # noqa: S608
+
+
+def records_page(
+    tenant: str, contract: str, start_ns: int, end_ns: int, limit: int, offset: int
+) -> tuple[int, list[dict[str, Any]]]:
+    """How many records the contract has with start_ns in [start_ns, end_ns), and one page of them in
+    time order (record format v1 dicts)."""
+    params = {"tenant": tenant, "contract": contract, "start": start_ns, "end": end_ns}
+    [(total,)] = query.select(
+        f"SELECT count() FROM {query.RECORDS} "  # noqa: S608 - constant table name
+        "WHERE tenant = {tenant:String} AND contract = {contract:String} "
+        "AND start_ns >= {start:Int64} AND start_ns < {end:Int64}",
+        params,
+    )
+    rows = query.select(_PAGE_SQL, {**params, "limit": limit, "offset": offset})
+    return int(total), [_record_from_row(row) for row in rows]
+
+
+def record_of(record_id: str, tenant: str | None) -> dict[str, Any] | None:
+    """One stored record by id; `tenant`: only that tenant's (None: any, for staff)."""
+    if tenant is None:
+        rows = query.select(f"{_ONE_SQL} LIMIT 1", {"record_id": record_id})
+    else:
+        rows = query.select(
+            f"{_ONE_SQL} AND tenant = {{tenant:String}} LIMIT 1", {"record_id": record_id, "tenant": tenant}
+        )
+    return _record_from_row(rows[0]) if rows else None
