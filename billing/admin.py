@@ -5,6 +5,7 @@ from .models import (
     CreditEntry,
     Invoice,
     InvoiceLine,
+    Issuer,
     LateUsage,
     Note,
     Outcome,
@@ -12,6 +13,11 @@ from .models import (
     StripeNote,
     StripePayment,
 )
+
+
+@admin.register(Issuer)
+class IssuerAdmin(admin.ModelAdmin):
+    list_display = ["code", "legal_name", "tax_id"]
 
 
 class InvoiceLineInline(admin.TabularInline):

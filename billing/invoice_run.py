@@ -37,6 +37,7 @@ from pricing.errors import BillingError
 from .completeness import invoices_completeness
 from .lateness import LateUsageCheck, LateUsageFound, late_usage_adjustments, record_late_usage
 from .models import OPEN_STATUSES, CreditEntry, Invoice, InvoiceLine, InvoiceSequence
+from .parties import invoice_parties, issuers
 from .rating import PeriodUsage, RatedInvoice, rate_period
 from .selectors import latest_checkpoint
 from .service_credits import contracts_with_service_credits
@@ -272,6 +273,7 @@ def _write(rated: list[_Rated], now: datetime) -> int:
     for entity in sorted(per_entity):
         numbers[entity] = take_numbers(entity, per_entity[entity])
     checkpoint = latest_checkpoint() if final else None
+    known = issuers(r.contract.issuing_entity for r in final)
     statements = _statements([r.invoice for r in final])
     applied: dict[int, Decimal] = {}
     for r, completeness in zip(final, statements, strict=True):
@@ -287,6 +289,7 @@ def _write(rated: list[_Rated], now: datetime) -> int:
             now=now,
             checkpoint=checkpoint,
             completeness=completeness,
+            parties=invoice_parties(r.contract, known, now),
         )
     copy_insert([r.invoice for r in rated if r.is_new])
     reopened = [r.invoice for r in rated if not r.is_new]

@@ -1,3 +1,4 @@
+from datetime import date
 from decimal import Decimal
 from typing import Any
 
@@ -88,6 +89,21 @@ class Invoice(models.Model):
         super().save(*args, **kwargs)
 
     @property
+    def parties(self) -> dict[str, Any]:
+        """Issuer, buyer, issue and due dates as pinned at finalisation (billing.parties); {} before."""
+        return dict(self.terms.get("parties", {}))
+
+    @property
+    def payment_status(self) -> str:
+        """paid, overdue (final, unpaid, past its due date), due, or the open/void status itself."""
+        if self.status != Invoice.Status.FINALIZED:
+            return str(self.status)
+        if self.amount_due == 0:
+            return "settled"
+        due_on = self.parties.get("due_on")
+        return "overdue" if due_on and date.today().isoformat() > due_on else "due"
+
+    @property
     def unbilled_records(self) -> int:
         """Records of the period that no line bills: failed, rejected, or excluded (by a dispute or an SLA
         pause). The rated quantities are pinned in the terms; `requests` counts the billable ones."""
@@ -121,6 +137,21 @@ class InvoiceLine(models.Model):
 
     def __str__(self) -> str:
         return f"{self.dimension or self.kind}: {self.quantity} × {self.unit_price} = {self.amount}"
+
+
+class Issuer(models.Model):
+    """The legal entity that issues invoices under an `issuing_entity` code (Contract.issuing_entity)."""
+
+    code = models.CharField(max_length=64, unique=True)
+    legal_name = models.CharField(max_length=200)
+    address = models.TextField(max_length=500, blank=True)
+    tax_id = models.CharField(max_length=64, blank=True, help_text="Taxpayer identification number.")
+
+    class Meta:
+        ordering = ["code"]
+
+    def __str__(self) -> str:
+        return f"{self.code}: {self.legal_name}"
 
 
 class InvoiceSequence(models.Model):

@@ -29,6 +29,13 @@ TEXT = {
         "invoice": "Invoice",
         "draft": "Draft invoice (not final)",
         "customer": "Customer",
+        "issuer": "Issuer",
+        "buyer": "Buyer",
+        "tax_id": "Taxpayer ID",
+        "issued_on": "Issued",
+        "due_on": "Due",
+        "terms": "payment terms {days} days",
+        "payment": "Payment",
         "contract": "Contract",
         "period": "Period (UTC, end exclusive)",
         "status": "Status",
@@ -54,6 +61,13 @@ TEXT = {
         "invoice": "发票",
         "draft": "发票草稿（未定稿）",
         "customer": "客户",
+        "issuer": "开票方",
+        "buyer": "购买方",
+        "tax_id": "纳税人识别号",
+        "issued_on": "开票日期",
+        "due_on": "到期日",
+        "terms": "付款期限 {days} 天",
+        "payment": "付款状态",
         "contract": "合同",
         "period": "账期（UTC，结束时间不含）",
         "status": "状态",
@@ -117,6 +131,10 @@ def _price_segment_zh(details: dict[str, Any]) -> str:
     return ""
 
 
+PAYMENT_TEXT = {
+    "en": {"due": "due", "overdue": "overdue", "settled": "settled by credits", "paid": "paid"},
+    "zh-Hans": {"due": "待付款", "overdue": "已逾期", "settled": "已由抵扣结清", "paid": "已支付"},
+}
 STATUS_TEXT = {
     "en": {"draft": "draft", "grace": "grace period", "finalized": "final", "paid": "paid", "void": "void"},
     "zh-Hans": {
@@ -149,6 +167,27 @@ def _completeness(invoice: Invoice, t: dict[str, str]) -> list[str]:
     ]
 
 
+def _parties(invoice: Invoice, t: dict[str, str], language: str) -> list[str]:
+    """Issuer, buyer, issue and due dates and the payment status, as pinned at finalisation."""
+    parties = invoice.parties
+    if not parties:
+        return []
+
+    def party(role: str) -> str:
+        who = parties[role]
+        details = [
+            d for d in (who["address"], f"{t['tax_id']} {who['tax_id']}" if who["tax_id"] else "") if d
+        ]
+        return f"{t[role]}: {' · '.join([who['legal_name'], *details])}"
+
+    payment = PAYMENT_TEXT[language].get(invoice.payment_status, invoice.payment_status)
+    dates = (
+        f"{t['issued_on']}: {parties['issued_on']} · {t['due_on']}: {parties['due_on']} "
+        f"({t['terms'].format(days=parties['payment_terms_days'])}) · {t['payment']}: {payment}"
+    )
+    return [party("issuer"), party("buyer"), dates]
+
+
 def _money(amount: Decimal, currency: str) -> str:
     return f"{amount:,} {currency}"
 
@@ -179,6 +218,7 @@ def render_invoice_pdf(invoice: Invoice, language: str = "en") -> bytes:
         f"{t['period']}: {invoice.period_start:%Y-%m-%d} – {invoice.period_end:%Y-%m-%d}",
         f"{t['status']}: {STATUS_TEXT[language].get(invoice.status, invoice.status)}",
         f"{t['checkpoint']}: {_checkpoint(invoice) or t['none']}",
+        *_parties(invoice, t, language),
         *_completeness(invoice, t),
     ]
     currency = invoice.currency

@@ -33,6 +33,7 @@ from .models import (
     InvoiceLine,
     InvoiceSequence,
 )
+from .parties import invoice_parties, issuers
 from .rating import PeriodUsage, RatedInvoice, RatedLine, rate_period
 from .selectors import credit_balance, latest_checkpoint, period_usage
 from .service_credits import record_service_credits, release_service_credits, select_service_credits
@@ -255,6 +256,7 @@ def finalize_invoice(invoice: Invoice, *, now: datetime | None = None) -> Invoic
             now=now,
             checkpoint=latest_checkpoint(),
             completeness=completeness_statement(invoice),
+            parties=invoice_parties(invoice.contract, issuers([invoice.contract.issuing_entity]), now),
         )
         if any(c["dimension"] == Dimension.OUTCOMES for c in invoice.terms.get("charges", [])):
             outcomes.mark_billed(invoice)
@@ -272,12 +274,13 @@ def set_final(
     now: datetime,
     checkpoint: dict[str, object] | None,
     completeness: dict[str, object] | None,
+    parties: dict[str, object],
 ) -> None:
     """The fields finalisation sets on the (unsaved) invoice: credits, number, status, and what the
     terms pin: the credit allocation, the ledger checkpoint and the completeness statement."""
     invoice.credits_applied = applied
     invoice.owe()
-    invoice.terms = {**invoice.terms, "credit_allocation": allocation}
+    invoice.terms = {**invoice.terms, "credit_allocation": allocation, "parties": parties}
     invoice.number = number
     invoice.status = Invoice.Status.FINALIZED
     invoice.finalized_at = now

@@ -49,6 +49,9 @@ STATUSES: dict[str, Promise] = {
     "final": _("Final"),
     "provisional": _("Provisional"),
     "applied": _("Applied"),
+    "due": _("Due"),
+    "overdue": _("Overdue"),
+    "settled": _("Settled by credits"),
 }
 
 LINE_KINDS: dict[str, Promise] = {

@@ -90,7 +90,9 @@ def test_every_message_used_is_in_the_catalogue_and_translated(app: str) -> None
     assert sorted(used - translated) == []
 
 
-@pytest.mark.parametrize("labels", [invoice_pdf.TEXT, sla_pdf.LABELS, invoice_pdf.STATUS_TEXT])
+@pytest.mark.parametrize(
+    "labels", [invoice_pdf.TEXT, sla_pdf.LABELS, invoice_pdf.STATUS_TEXT, invoice_pdf.PAYMENT_TEXT]
+)
 def test_the_pdfs_have_a_chinese_text_for_every_english_one(labels: dict[str, dict[str, str]]) -> None:
     english, chinese = labels["en"], labels["zh-Hans"]
     assert set(chinese) == set(english)

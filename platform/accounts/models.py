@@ -14,6 +14,9 @@ class Tenant(models.Model):
 
     code = models.CharField(max_length=64, unique=True, validators=[validate_slug_code])
     name = models.CharField(max_length=200)
+    legal_name = models.CharField(max_length=200, blank=True, help_text="On invoices; the name when empty.")
+    address = models.TextField(max_length=500, blank=True)
+    tax_id = models.CharField(max_length=64, blank=True, help_text="Taxpayer identification number.")
     created_at = models.DateTimeField(auto_now_add=True)
 
     class Meta:

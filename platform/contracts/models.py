@@ -78,6 +78,9 @@ class Contract(models.Model):
     issuing_entity = models.CharField(
         max_length=64, default="treemeter", help_text="Invoice numbers are gapless per issuing entity."
     )
+    payment_terms_days = models.PositiveIntegerField(
+        default=30, help_text="An invoice is due this many days after it is issued (finalised)."
+    )
     base_fee = models.DecimalField(
         max_digits=20, decimal_places=8, default=ZERO, validators=[MinValueValidator(0)]
     )

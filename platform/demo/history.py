@@ -21,7 +21,7 @@ from typing import Any
 from zoneinfo import ZoneInfo
 
 from agents.services import register_agent
-from billing.models import Invoice
+from billing.models import Invoice, Issuer
 from billing.services import generate_invoice
 from catalog.models import ComputePackage, HostCostProfile, PackagePlan, PlanPrice
 from common.periods import month_bounds, month_of, previous_month
@@ -57,7 +57,16 @@ class History:
 
 
 def seed_terms() -> None:
-    """SLA policies, the host cost profile and a plan on sale per package (each made once)."""
+    """SLA policies, the host cost profile, a plan on sale per package and the invoices' issuer (each
+    made once)."""
+    Issuer.objects.get_or_create(
+        code="treemeter",
+        defaults={
+            "legal_name": "Treemeter Demo Cloud Ltd. 树表演示云有限公司",
+            "address": "88 Century Avenue, Pudong, Shanghai",
+            "tax_id": "91310115DEMO00001X",
+        },
+    )
     HostCostProfile.objects.get_or_create(
         host_class=HOST_CLASS,
         defaults={
