@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from datetime import datetime
 from decimal import Decimal
+from html import escape
 from io import BytesIO
 from typing import Any
 
@@ -22,7 +23,7 @@ from ledger.selectors import b64
 from pricing.errors import InvalidRequest
 
 from .exports import invoice_checkpoint
-from .models import Invoice, InvoiceLine
+from .models import Invoice, InvoiceLine, Note
 
 TEXT = {
     "en": {
@@ -36,6 +37,15 @@ TEXT = {
         "due_on": "Due",
         "terms": "payment terms {days} days",
         "payment": "Payment",
+        "credit_note": "Credit note",
+        "debit_note": "Debit note",
+        "corrects": "Corrects invoice",
+        "on_line": "Line",
+        "reason": "Reason",
+        "date": "Date",
+        "note_amount": "Amount",
+        "due_after": "Amount due on the invoice after its credit notes",
+        "debit_charged": "Charged on its own, in addition to the invoice",
         "contract": "Contract",
         "period": "Period (UTC, end exclusive)",
         "status": "Status",
@@ -68,6 +78,15 @@ TEXT = {
         "due_on": "到期日",
         "terms": "付款期限 {days} 天",
         "payment": "付款状态",
+        "credit_note": "贷项通知单",
+        "debit_note": "借项通知单",
+        "corrects": "更正发票",
+        "on_line": "明细行",
+        "reason": "原因",
+        "date": "日期",
+        "note_amount": "金额",
+        "due_after": "扣除贷项通知单后该发票的应付金额",
+        "debit_charged": "单独收取，附加于该发票",
         "contract": "合同",
         "period": "账期（UTC，结束时间不含）",
         "status": "状态",
@@ -271,5 +290,50 @@ def render_invoice_pdf(invoice: Invoice, language: str = "en") -> bytes:
             Spacer(1, 4 * mm),
             Paragraph(t["rounding"], body),
         ]
+    )
+    return buffer.getvalue()
+
+
+def render_note_pdf(note: Note, language: str = "en") -> bytes:
+    """A credit or debit note as PDF bytes: the parties of the invoice it corrects, that invoice, the
+    line it corrects (if one), the reason, the amount, and what the invoice leaves owing after it."""
+    if language not in TEXT:
+        raise InvalidRequest("unsupported_language", f"Use one of {', '.join(TEXT)}, not {language!r}.")
+    font = register_cjk_font()
+    t = TEXT[language]
+    body = ParagraphStyle("body", fontName=font, fontSize=10, leading=14)
+    title = ParagraphStyle("title", fontName=font, fontSize=16, leading=20)
+    invoice = note.invoice
+    kind = t["credit_note"] if note.kind == Note.Kind.CREDIT else t["debit_note"]
+    sign = "-" if note.kind == Note.Kind.CREDIT else ""
+    facts = [
+        *_parties(invoice, t, language)[:2],
+        f"{t['date']}: {note.created_at:%Y-%m-%d}",
+        f"{t['corrects']}: {invoice.number} "
+        f"({invoice.period_start:%Y-%m-%d} – {invoice.period_end:%Y-%m-%d})",
+    ]
+    if note.line is not None:
+        facts.append(
+            f"{t['on_line']}: {_item(note.line, language)} ({_money(note.line.amount, invoice.currency)})"
+        )
+    facts += [
+        f"{t['reason']}: {escape(note.reason)}",
+        f"{t['note_amount']}: {sign}{_money(note.amount, invoice.currency)}",
+        f"{t['due_after']}: {_money(invoice.amount_due, invoice.currency)}"
+        if note.kind == Note.Kind.CREDIT
+        else t["debit_charged"],
+    ]
+    buffer = BytesIO()
+    document = SimpleDocTemplate(
+        buffer,
+        pagesize=A4,
+        leftMargin=15 * mm,
+        rightMargin=15 * mm,
+        topMargin=15 * mm,
+        bottomMargin=15 * mm,
+        title=f"{kind} {note.number}",
+    )
+    document.build(
+        [Paragraph(f"{kind} {note.number}", title), Spacer(1, 4 * mm), *[Paragraph(f, body) for f in facts]]
     )
     return buffer.getvalue()

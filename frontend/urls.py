@@ -23,6 +23,7 @@ urlpatterns = [
     path("records/<uuid:record_id>", records.record_detail, name="portal-record"),
     path("invoices/<int:pk>/lines/<int:line_pk>/dispute", invoices.dispute_line, name="portal-dispute-line"),
     path("credit-notes/", invoices.note_list, name="portal-notes"),
+    path("credit-notes/<int:pk>/pdf", pdfs.note_pdf, name="portal-note-pdf"),
     path("disputes/", invoices.dispute_list, name="portal-disputes"),
     path("disputes/<int:pk>", invoices.dispute_detail, name="portal-dispute"),
     path("sla-reports/", sla.report_list, name="portal-sla-reports"),

@@ -153,6 +153,7 @@ FILLERS: dict[str, Fill] = {
     "portal-record": Fill(lambda d: {"record_id": d.record_ids[0]}),
     "portal-dispute-line": Fill(lambda d: {"pk": d.invoice.pk, "line_pk": d.free_line.pk}),
     "portal-notes": Fill(),
+    "portal-note-pdf": Fill(lambda d: {"pk": d.credit_note.pk}),
     "portal-disputes": Fill(),
     "portal-dispute": Fill(lambda d: {"pk": d.dispute.pk}),
     "portal-sla-reports": Fill(),

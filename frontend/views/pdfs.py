@@ -12,7 +12,7 @@ from django.urls import reverse
 from django.utils.translation import get_language
 
 from accounts.access import Principal
-from billing.pdf import render_invoice_pdf
+from billing.pdf import render_invoice_pdf, render_note_pdf
 from billing.selectors import invoice_with_lines
 from common.errors import ApiError
 from sla.pdf import render_report_pdf
@@ -84,4 +84,19 @@ def sla_report_pdf(request: HttpRequest, principal: Principal, pk: int) -> HttpR
         reverse("portal-sla-report", args=[pk]),
         f"sla-{report.contract.code}-{report.month}",
         lambda language: render_report_pdf(report, language),
+    )
+
+
+@portal_view()
+def note_pdf(request: HttpRequest, principal: Principal, pk: int) -> HttpResponse:
+    note = selectors.notes(principal).filter(pk=pk).first()
+    if note is None:
+        raise Http404
+    return _pdf(
+        request,
+        principal,
+        "notes",
+        reverse("portal-notes"),
+        f"note-{note.number}",
+        lambda language: render_note_pdf(note, language),
     )
