@@ -49,6 +49,8 @@ STATUSES: dict[str, Promise] = {
     "final": _("Final"),
     "provisional": _("Provisional"),
     "applied": _("Applied"),
+    "ok": _("Served"),
+    "error": _("Failed (platform)"),
     "due": _("Due"),
     "overdue": _("Overdue"),
     "settled": _("Settled by credits"),
