@@ -11,14 +11,14 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
-from datetime import UTC, datetime, timedelta
 from decimal import Decimal
 from typing import Any
 
 from clickhouse_store.queries.records import record_of, records_page
 from ledger.models import LogLeaf
 from ledger.selectors import b64
-from pricing.dimensions import DIMENSION_LABELS, Dimension
+from pricing.dimensions import Dimension
+from treemeter_records.timeutil import from_unix_nanos
 
 from .exports import period_ns
 from .models import Invoice, InvoiceLine
@@ -27,7 +27,6 @@ from .selectors import invoice_with_lines
 PAGE_SIZE = 50
 ZERO = Decimal(0)
 SHARE_PLACES = Decimal("0.000001")
-EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
 
 
 def _l3_seconds(record: dict[str, Any]) -> Decimal:
@@ -65,10 +64,6 @@ class Share:
     quantity: Decimal
     fraction: Decimal | None  # of the line's quantity; None when the line measured nothing
     amount: Decimal | None
-
-    @property
-    def label(self) -> str:
-        return DIMENSION_LABELS.get(self.line.dimension, self.line.description)
 
 
 def share_of(record: dict[str, Any], line: InvoiceLine) -> Share | None:
@@ -127,9 +122,10 @@ def record_view(record_id: str, tenant: str | None) -> RecordView | None:
     record = record_of(record_id, tenant)
     if record is None:
         return None
+    start = from_unix_nanos(record["start_ns"])
     invoice = (
         Invoice.objects.filter(tenant__code=record["tenant"], contract__code=record["contract"])
-        .filter(period_start__lte=_instant(record), period_end__gt=_instant(record))
+        .filter(period_start__lte=start, period_end__gt=start)
         .order_by("-period_start")
         .first()
     )
@@ -139,8 +135,3 @@ def record_view(record_id: str, tenant: str | None) -> RecordView | None:
     invoice = invoice_with_lines(invoice.pk)
     shares = [s for line in invoice.lines.all() if (s := share_of(record, line)) is not None]
     return RecordView(record, invoice, shares, leaf)
-
-
-def _instant(record: dict[str, Any]) -> datetime:
-    """The record's start as an aware UTC datetime (microseconds: invoice periods are whole seconds)."""
-    return EPOCH + timedelta(microseconds=record["start_ns"] // 1000)

@@ -1,9 +1,9 @@
-from datetime import date
 from decimal import Decimal
 from typing import Any
 
 from django.conf import settings
 from django.db import models
+from django.utils import timezone
 
 from accounts.models import Tenant
 from contracts.models import Contract
@@ -101,7 +101,7 @@ class Invoice(models.Model):
         if self.amount_due == 0:
             return "settled"
         due_on = self.parties.get("due_on")
-        return "overdue" if due_on and date.today().isoformat() > due_on else "due"
+        return "overdue" if due_on and timezone.now().date().isoformat() > due_on else "due"
 
     @property
     def unbilled_records(self) -> int:

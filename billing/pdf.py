@@ -207,6 +207,20 @@ def _parties(invoice: Invoice, t: dict[str, str], language: str) -> list[str]:
     return [party("issuer"), party("buyer"), dates]
 
 
+def _document(buffer: BytesIO, title: str) -> SimpleDocTemplate:
+    """An A4 page with 15 mm margins, the invoice's and the notes' layout."""
+    margin = 15 * mm
+    return SimpleDocTemplate(
+        buffer,
+        pagesize=A4,
+        leftMargin=margin,
+        rightMargin=margin,
+        topMargin=margin,
+        bottomMargin=margin,
+        title=title,
+    )
+
+
 def _money(amount: Decimal, currency: str) -> str:
     return f"{amount:,} {currency}"
 
@@ -220,15 +234,7 @@ def render_invoice_pdf(invoice: Invoice, language: str = "en") -> bytes:
     body = ParagraphStyle("body", fontName=font, fontSize=9, leading=12)
     title = ParagraphStyle("title", fontName=font, fontSize=16, leading=20)
     buffer = BytesIO()
-    document = SimpleDocTemplate(
-        buffer,
-        pagesize=A4,
-        leftMargin=15 * mm,
-        rightMargin=15 * mm,
-        topMargin=15 * mm,
-        bottomMargin=15 * mm,
-        title=f"{t['invoice']} {invoice.number or invoice.pk}",
-    )
+    document = _document(buffer, f"{t['invoice']} {invoice.number or invoice.pk}")
     heading = f"{t['invoice']} {invoice.number}" if invoice.number else t["draft"]
     tenant = invoice.tenant
     facts = [
@@ -324,15 +330,7 @@ def render_note_pdf(note: Note, language: str = "en") -> bytes:
         else t["debit_charged"],
     ]
     buffer = BytesIO()
-    document = SimpleDocTemplate(
-        buffer,
-        pagesize=A4,
-        leftMargin=15 * mm,
-        rightMargin=15 * mm,
-        topMargin=15 * mm,
-        bottomMargin=15 * mm,
-        title=f"{kind} {note.number}",
-    )
+    document = _document(buffer, f"{kind} {note.number}")
     document.build(
         [Paragraph(f"{kind} {note.number}", title), Spacer(1, 4 * mm), *[Paragraph(f, body) for f in facts]]
     )

@@ -15,6 +15,11 @@ def unix_nanos(instant: datetime) -> int:
     return (instant - EPOCH) // _MICROSECOND * 1000
 
 
+def from_unix_nanos(nanos: int) -> datetime:
+    """The aware UTC datetime of Unix nanoseconds, to the microsecond (exact: no float on the way)."""
+    return EPOCH + timedelta(microseconds=nanos // 1000)
+
+
 def assume_utc(instant: datetime) -> datetime:
     """A datetime the engine returned without a zone (ClickHouse DateTime64 columns hold UTC) as aware UTC;
     an aware one unchanged."""

@@ -10,6 +10,7 @@ from django.utils import formats
 from django.utils.formats import number_format
 
 from common.money import MINOR_UNITS, round_money
+from treemeter_records.timeutil import from_unix_nanos
 
 from .. import labels
 
@@ -93,13 +94,10 @@ def period(start: datetime, end: datetime) -> str:
     return f"{formats.date_format(start, 'SHORT_DATE_FORMAT')} {start:%H:%M:%S} – {end_text} UTC"
 
 
-EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
-
-
 @register.filter
 def ns_time(nanos: int) -> str:
     """A record's nanosecond timestamp as UTC date and time to the millisecond."""
-    instant = EPOCH + timedelta(microseconds=int(nanos) // 1000)
+    instant = from_unix_nanos(int(nanos))
     return f"{instant:%Y-%m-%d %H:%M:%S}.{instant.microsecond // 1000:03d}"
 
 

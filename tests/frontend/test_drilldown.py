@@ -121,8 +121,5 @@ def test_verify_js_checks_a_real_proof_and_refuses_a_forged_one(invoice: Invoice
     other_key = "00" * 32
     assert [(s["name"], s["ok"]) for s in _node_verify(proof, other_key)][-1] == ("key", False)
     note = proof["checkpoint"]
-    tampered = {
-        **proof,
-        "checkpoint": note.replace(f"\n{proof['tree_size']}\n", f"\n{proof['tree_size']}\n", 1)[:-3] + "AA\n",
-    }
+    tampered = {**proof, "checkpoint": note[:-3] + "AA\n"}  # the signature's last characters changed
     assert [(s["name"], s["ok"]) for s in _node_verify(tampered, key)][-1][1] is False
