@@ -15,6 +15,7 @@ from .batch import (
     check_batch_signature,
     check_merkle_root,
     parse_batch,
+    read_batch_records,
     validate_batch_records,
     verify_batch_signature,
 )
@@ -48,6 +49,7 @@ from .signing import (
     verify_signature,
 )
 from .validation import RECORD_FIELDS, RECORD_VERSION, decode_record, is_slug, validate_record
+from .wire import WireRecord, fast_record
 
 __all__ = [
     "BATCH_ERROR_STATUS",
@@ -72,6 +74,7 @@ __all__ = [
     "RecordError",
     "SignedBatch",
     "TreemeterRecordsError",
+    "WireRecord",
     "build_batch",
     "canonical_bytes",
     "canonical_bytes_fast",
@@ -79,6 +82,7 @@ __all__ = [
     "check_canonical_value",
     "check_merkle_root",
     "decode_record",
+    "fast_record",
     "generate_keypair",
     "is_slug",
     "key_id_for",
@@ -96,6 +100,7 @@ __all__ = [
     "public_key_bytes",
     "public_key_from_b64",
     "public_key_to_b64",
+    "read_batch_records",
     "sign_header",
     "validate_batch_records",
     "validate_record",

@@ -132,7 +132,7 @@ def _check_hops(hops: Any) -> None:
         if hop.keys() != _HOP_SET:
             _check_keys(hop, _HOP_FIELDS, f"hops[{i}].")
         layer = hop["layer"]
-        if layer not in HOP_LAYERS or type(layer) is not str:
+        if type(layer) is not str or layer not in HOP_LAYERS:  # a list or dict is unhashable
             if type(layer) is not str:
                 _fail(WRONG_TYPE, f"hops[{i}].layer", "hop layer must be a string")
             _fail(INVALID_VALUE, f"hops[{i}].layer", 'hop layer must be "L1", "L2" or "L3"')
@@ -173,7 +173,7 @@ def _check_experts(experts: Any) -> int:
 
 
 def _outcome_path(node: tuple[Any, ...] | None) -> str:
-    """Render a (parent, key) chain built by ``_check_outcome`` as ``outcome.a[1].b``."""
+    """Render a (parent, key) chain built by ``check_outcome`` as ``outcome.a[1].b``."""
     parts: list[str] = []
     while node is not None:
         node, key = node
@@ -181,7 +181,8 @@ def _outcome_path(node: tuple[Any, ...] | None) -> str:
     return "outcome" + "".join(reversed(parts))
 
 
-def _check_outcome(outcome: Any) -> None:
+def check_outcome(outcome: Any) -> None:
+    """Raise ``RecordError`` unless ``outcome`` is null or an object within the format's rules."""
     if outcome is None:
         return
     if type(outcome) is not dict:
@@ -285,7 +286,7 @@ def validate_record(rec: Any) -> None:
         _fail(WRONG_TYPE, "status", "status must be a string")
     if status not in STATUSES:
         _fail(INVALID_VALUE, "status", "status must be one of ok, error, timeout, rejected")
-    _check_outcome(rec["outcome"])
+    check_outcome(rec["outcome"])
 
     # Cross-field rules.
     if end_ns < start_ns:

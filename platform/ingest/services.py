@@ -38,10 +38,11 @@ from ledger.services import AcceptedRecord, append_batch, keep_signed_batch, rec
 from treemeter_records import (
     BatchError,
     ParsedBatch,
+    WireRecord,
     check_batch_signature,
     check_merkle_root,
     parse_batch,
-    validate_batch_records,
+    read_batch_records,
 )
 from treemeter_records.timeutil import unix_nanos
 
@@ -210,7 +211,7 @@ def _sort_records(
 ) -> _Sorted:
     """Decide for each record: accepted, duplicate, or rejected with a reason code. Without
     `look_up_ids`, record ids logged already are left to the log's unique index to refuse."""
-    checked = validate_batch_records(batch)
+    checked = read_batch_records(batch)
     result = _Sorted()
     result.line_seqs = sorted(
         [seq for seq, _ in checked.valid] + [p["seq"] for p in checked.problems if p["seq"] is not None]
@@ -222,20 +223,18 @@ def _sort_records(
             )
         )
     scope = agent_scope(agent.pk)
-    contracts = _contract_terms({record["contract"] for _, record in checked.valid})
+    contracts = _contract_terms({record.contract for _, record in checked.valid})
     now_ns = unix_nanos(now)
     candidates: list[tuple[int, str, bytes, AcceptedRecord]] = []  # (seq, record_id, line, log entry)
     seen_ids: set[str] = set()
     for (seq, record), index in zip(checked.valid, checked.valid_index, strict=True):
-        record_id = record["record_id"]
+        record_id = record.record_id
         refusal = _policy_problem(record, contracts, scope.allows, seen_ids, now_ns)
         if refusal:
             result.rejections.append(rejection(seq, record_id, *refusal))
             continue
         seen_ids.add(record_id)
-        entry = AcceptedRecord(
-            index, seq, record_id, record["tenant"], record["contract"], record["start_ns"]
-        )
+        entry = AcceptedRecord(index, seq, record_id, record.tenant, record.contract, record.start_ns)
         candidates.append((seq, record_id, batch.lines[index], entry))
 
     already = sequences.covered(ranges, [seq for seq, _, _, _ in candidates])
@@ -294,21 +293,21 @@ def _contract_terms(codes: set[str]) -> dict[str, _ContractTerms]:
 
 
 def _policy_problem(
-    record: dict[str, Any],
+    record: WireRecord,
     contracts: dict[str, _ContractTerms],
     allows: Callable[[str, str], bool],
     seen_ids: set[str],
     now_ns: int,
 ) -> tuple[str, str, str] | None:
-    tenant, contract = record["tenant"], record["contract"]
+    tenant, contract = record.tenant, record.contract
     terms = contracts.get(contract)
     if terms is None or terms.tenant != tenant:
         return (rejections.UNKNOWN_CONTRACT, "contract", f"Tenant {tenant} has no contract {contract}.")
-    if terms.package != record["package"]:
+    if terms.package != record.package:
         return (
             rejections.PACKAGE_MISMATCH,
             "package",
-            f"Contract {contract} is not for package {record['package']}.",
+            f"Contract {contract} is not for package {record.package}.",
         )
     if not allows(tenant, contract):
         return (
@@ -316,22 +315,22 @@ def _policy_problem(
             "tenant",
             f"This agent is not bound to tenant {tenant} / contract {contract}.",
         )
-    if record["record_id"] in seen_ids:
+    if record.record_id in seen_ids:
         return (rejections.DUPLICATE_RECORD_ID, "record_id", "The record id appears twice in this batch.")
     return _outside_window(record, terms.horizon_days, now_ns)
 
 
-def _outside_window(record: dict[str, Any], horizon_days: int, now_ns: int) -> tuple[str, str, str] | None:
+def _outside_window(record: WireRecord, horizon_days: int, now_ns: int) -> tuple[str, str, str] | None:
     """Records must start within the contract's horizon and end by now + the allowed skew, both on the
     platform's clock (the agent's times corrected by its measured drift); docs/record-format.md says why."""
-    drift_ns = record["clock_drift_us"] * 1000
+    drift_ns = record.clock_drift_us * 1000
     earliest = now_ns - horizon_days * _DAY_NS
     latest = now_ns + settings.INGEST_MAX_FUTURE_SKEW_SECONDS * 10**9
-    if record["start_ns"] + drift_ns < earliest:
+    if record.start_ns + drift_ns < earliest:
         message = f"start_ns is more than {horizon_days} days before the platform's clock."
         return (rejections.TIMESTAMP_OUT_OF_WINDOW, "start_ns", message)
-    for name in ("start_ns", "end_ns"):
-        if record[name] + drift_ns > latest:
+    for name, value in (("start_ns", record.start_ns), ("end_ns", record.end_ns)):
+        if value + drift_ns > latest:
             message = (
                 f"{name} is more than {settings.INGEST_MAX_FUTURE_SKEW_SECONDS} s after the platform's clock."
             )

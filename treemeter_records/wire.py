@@ -1,0 +1,140 @@
+"""The compiled fast path of record validation: a raw wire line decoded straight into a msgspec Struct.
+
+``validation.validate_record`` is the reference definition (docs/record-format.md, every rule with its
+error). This module proves a line valid without building a dict per record: msgspec decodes the line
+in C into ``WireRecord`` (types, key set, ranges, enums, slugs, lengths; booleans are not integers),
+re-encoding it gives the canonical bytes to compare with the line (the fields are declared in canonical
+key order), and what msgspec cannot express (experts sorted and unique, the sums, ``end_ns`` after
+``start_ns``, ``prefix_cache_hit_tokens`` within ``tokens_in``, no control characters, ``outcome``'s
+rules) is checked after it. The Structs are not tracked by the garbage collector, so a 10k-record batch
+adds nothing for it to walk.
+
+The fast path only ever accepts: when it cannot prove a line valid (``fast_record`` answers None), the
+line takes the reference path, which names the seq, the field and the rule. Text with characters
+``str.isprintable`` refuses (tab, newline, U+2028...) is such a case; the reference decides it. A
+hypothesis test (tests/records/test_records_wire.py) checks that both accept and reject exactly the same
+lines.
+"""
+
+from __future__ import annotations
+
+from typing import Annotated, Literal
+
+import msgspec
+import orjson
+from msgspec import Meta, Struct
+
+from .encoding import matches_canonical
+from .errors import RecordError
+from .limits import NODE_MAX, SLUG_MAX, TEXT_MAX
+from .validation import check_outcome
+
+_INT63 = 2**63 - 1
+_UINT32 = 2**32 - 1
+Slug = Annotated[str, Meta(pattern=rf"^[a-z0-9][a-z0-9._-]{{0,{SLUG_MAX - 1}}}\Z")]
+U32 = Annotated[int, Meta(ge=0, le=_UINT32)]
+U63 = Annotated[int, Meta(ge=0, le=_INT63)]
+Positive63 = Annotated[int, Meta(ge=1, le=_INT63)]
+U16 = Annotated[int, Meta(ge=0, le=65535)]
+
+
+class WireHop(Struct, forbid_unknown_fields=True, gc=False):
+    """One hop; fields in canonical key order."""
+
+    latency_us: U32
+    layer: Literal["L1", "L2", "L3"]
+    node: Annotated[str, Meta(min_length=1, max_length=NODE_MAX)]
+
+
+class WireExpert(Struct, forbid_unknown_fields=True, gc=False):
+    """One (layer, expert, tokens) entry; fields in canonical key order."""
+
+    expert: U16
+    layer: U16
+    tokens: Annotated[int, Meta(ge=1, le=_UINT32)]
+
+
+class WireRecord(Struct, forbid_unknown_fields=True, gc=False):
+    """A v1 record as decoded from its wire line; fields in canonical key order (see the module doc)."""
+
+    agent_id: Slug
+    client_request_id: Annotated[str, Meta(max_length=TEXT_MAX)]
+    clock_drift_us: Annotated[int, Meta(gt=-(2**31), lt=2**31)]
+    contract: Slug
+    distinct_experts: U63
+    end_ns: Positive63
+    expert_cache_hits: U32
+    expert_cache_misses: U32
+    expert_tokens: U63
+    experts: tuple[WireExpert, ...]
+    hops: Annotated[tuple[WireHop, ...], Meta(min_length=1)]
+    model_id: Annotated[str, Meta(min_length=1, max_length=TEXT_MAX)]
+    outcome: msgspec.Raw
+    package: Slug
+    prefix_cache_hit_tokens: U32
+    record_id: Annotated[
+        str, Meta(pattern=r"^[0-9a-f]{8}-[0-9a-f]{4}-7[0-9a-f]{3}-[89ab][0-9a-f]{3}-[0-9a-f]{12}\Z")
+    ]
+    seq: U63
+    sla_class: Slug
+    start_ns: Positive63
+    status: Literal["ok", "error", "timeout", "rejected"]
+    tenant: Slug
+    tokens_in: U32
+    tokens_out: U32
+    v: Annotated[int, Meta(ge=1, le=1)]
+    weights_sha3: Annotated[str, Meta(pattern=r"^[0-9a-f]{64}\Z")]
+
+
+_decode = msgspec.json.Decoder(WireRecord).decode
+_encode = msgspec.json.Encoder().encode
+_NULL = b"null"
+
+
+def fast_record(line: bytes) -> WireRecord | None:
+    """The record of a line proven valid and canonical, or None when the reference must decide."""
+    try:
+        rec = _decode(line)
+    except msgspec.DecodeError:  # ValidationError included
+        return None
+    if _encode(rec) != line:
+        return None
+    experts = rec.experts
+    previous = -1
+    total = 0
+    for entry in experts:
+        key = (entry.layer << 16) | entry.expert
+        if key <= previous:
+            return None
+        previous = key
+        total += entry.tokens
+    if (
+        rec.end_ns < rec.start_ns
+        or rec.distinct_experts != len(experts)
+        or rec.expert_tokens != total
+        or rec.prefix_cache_hit_tokens > rec.tokens_in
+        or not (rec.client_request_id + rec.model_id).isprintable()
+    ):
+        return None
+    for hop in rec.hops:
+        if not hop.node.isprintable():
+            return None
+    raw = bytes(rec.outcome)
+    if raw != _NULL and not _outcome_valid(raw):
+        return None
+    return rec
+
+
+def _outcome_valid(raw: bytes) -> bool:
+    try:
+        value = orjson.loads(raw)
+        check_outcome(value)
+    except (orjson.JSONDecodeError, RecordError):
+        return False
+    return type(value) is dict and matches_canonical(raw, value)
+
+
+def decode_wire(line: bytes) -> WireRecord:
+    """The ``WireRecord`` of a line the reference found valid (e.g. with a newline in
+    ``client_request_id``, which the fast path leaves to it): every Struct constraint is one of its rules."""
+    return _decode(line)
