@@ -95,7 +95,7 @@ def fast_record(line: bytes) -> WireRecord | None:
     """The record of a line proven valid and canonical, or None when the reference must decide."""
     try:
         rec = _decode(line)
-    except msgspec.DecodeError:  # ValidationError included
+    except (msgspec.DecodeError, RecursionError):  # ValidationError included; RecursionError: deep nesting
         return None
     if _encode(rec) != line:
         return None

@@ -26,9 +26,11 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
+import psycopg
 from django.conf import settings
-from django.db import DatabaseError, IntegrityError, transaction
+from django.db import DatabaseError, IntegrityError, connection, transaction
 from django.utils import timezone
+from psycopg.types.json import Jsonb
 
 from agents.models import Agent, AgentKey
 from agents.selectors import agent_scope, key_with_agent
@@ -196,8 +198,20 @@ def _commit(
         lines = b"\n".join(line for _, line in result.accepted)
         token = _dedup_token(agent.agent_id, batch.header_digest, result.accepted)
         tenants = sorted({entry.tenant for entry in result.logged})
-        pending = PendingInsert.objects.create(batch=saved, dedup_token=token, lines=lines, tenants=tenants)
-    return answer, Committed(pending.pk, lines, token, tenants)
+        pending = _insert_pending(saved.pk, token, lines, tenants)
+    return answer, Committed(pending, lines, token, tenants)
+
+
+def _insert_pending(batch_id: int, token: str, lines: bytes, tenants: list[str]) -> int:
+    """The outbox row, its lines sent as one binary parameter: Django's client-side binding would spell a
+    10k-record batch's 14 MB as a 28 MB hex literal for PostgreSQL to parse (~30 µs a record)."""
+    table = PendingInsert._meta.db_table
+    sql = f"INSERT INTO {table} (batch_id, dedup_token, lines, tenants, created_at) VALUES (%s, %s, %b, %s, %s) RETURNING id"  # noqa: S608, E501 - the model's own table
+    with connection.wrap_database_errors, psycopg.Cursor(connection.connection) as cursor:
+        cursor.execute(sql, (batch_id, token, lines, Jsonb(tenants), timezone.now()))
+        row = cursor.fetchone()
+    assert row is not None
+    return int(row[0])
 
 
 def _dedup_token(agent_id: str, header_digest: str, accepted: list[tuple[int, bytes]]) -> str:
@@ -225,11 +239,12 @@ def _sort_records(
     scope = agent_scope(agent.pk)
     contracts = _contract_terms({record.contract for _, record in checked.valid})
     now_ns = unix_nanos(now)
+    skew_s = settings.INGEST_MAX_FUTURE_SKEW_SECONDS  # read once: a setting costs µs per read
     candidates: list[tuple[int, str, bytes, AcceptedRecord]] = []  # (seq, record_id, line, log entry)
     seen_ids: set[str] = set()
     for (seq, record), index in zip(checked.valid, checked.valid_index, strict=True):
         record_id = record.record_id
-        refusal = _policy_problem(record, contracts, scope.allows, seen_ids, now_ns)
+        refusal = _policy_problem(record, contracts, scope.allows, seen_ids, now_ns, skew_s)
         if refusal:
             result.rejections.append(rejection(seq, record_id, *refusal))
             continue
@@ -298,6 +313,7 @@ def _policy_problem(
     allows: Callable[[str, str], bool],
     seen_ids: set[str],
     now_ns: int,
+    skew_s: int,
 ) -> tuple[str, str, str] | None:
     tenant, contract = record.tenant, record.contract
     terms = contracts.get(contract)
@@ -317,23 +333,23 @@ def _policy_problem(
         )
     if record.record_id in seen_ids:
         return (rejections.DUPLICATE_RECORD_ID, "record_id", "The record id appears twice in this batch.")
-    return _outside_window(record, terms.horizon_days, now_ns)
+    return _outside_window(record, terms.horizon_days, now_ns, skew_s)
 
 
-def _outside_window(record: WireRecord, horizon_days: int, now_ns: int) -> tuple[str, str, str] | None:
+def _outside_window(
+    record: WireRecord, horizon_days: int, now_ns: int, skew_s: int
+) -> tuple[str, str, str] | None:
     """Records must start within the contract's horizon and end by now + the allowed skew, both on the
     platform's clock (the agent's times corrected by its measured drift); docs/record-format.md says why."""
     drift_ns = record.clock_drift_us * 1000
     earliest = now_ns - horizon_days * _DAY_NS
-    latest = now_ns + settings.INGEST_MAX_FUTURE_SKEW_SECONDS * 10**9
+    latest = now_ns + skew_s * 10**9
     if record.start_ns + drift_ns < earliest:
         message = f"start_ns is more than {horizon_days} days before the platform's clock."
         return (rejections.TIMESTAMP_OUT_OF_WINDOW, "start_ns", message)
     for name, value in (("start_ns", record.start_ns), ("end_ns", record.end_ns)):
         if value + drift_ns > latest:
-            message = (
-                f"{name} is more than {settings.INGEST_MAX_FUTURE_SKEW_SECONDS} s after the platform's clock."
-            )
+            message = f"{name} is more than {skew_s} s after the platform's clock."
             return (rejections.TIMESTAMP_OUT_OF_WINDOW, name, message)
     return None
 

@@ -80,33 +80,39 @@ def keep_signed_batch(
 
 
 def append_batch(log_batch: LogBatch, accepted: list[AcceptedRecord]) -> None:
-    """Append the accepted records' leaves (already hashed by ingest, kept in ``log_batch``) in order.
-    Takes the LogState row lock: call it last in the ingest transaction."""
+    """Append the accepted records' leaves (already hashed by ingest from the raw lines, kept in
+    ``log_batch``) in order: the tree's new nodes in one pass over the batch, then one COPY of the leaf
+    rows and one of the stored nodes. Takes the LogState row lock: call it last in the ingest transaction."""
     if not accepted:
         return
-    leaves = _split(bytes(log_batch.leaf_hashes))
+    hashes = bytes(log_batch.leaf_hashes)
     state = log_state(lock=True)
     start = state.size
-    new_leaves = [leaves[record.position] for record in accepted]
+    new_leaves = [hashes[32 * record.position : 32 * record.position + 32] for record in accepted]
     frontier, nodes = append_leaves(
         start, _split(bytes(state.frontier)), new_leaves, keep=lambda level: level % STRATUM == 0
     )
-    _copy_leaves(
-        (
-            start + i,
-            new_leaves[i],
-            record.record_id,
-            record.tenant,
-            record.contract,
-            log_batch.agent_id,
-            record.seq,
-            record.start_ns,
-            log_batch.pk,
-            record.position,
-        )
-        for i, record in enumerate(accepted)
+    agent_id, batch_id = log_batch.agent_id, log_batch.pk
+    _copy(
+        LogLeaf._meta.db_table,
+        _LEAF_COLUMNS,
+        [
+            (
+                start + i,
+                leaf,
+                record.record_id,
+                record.tenant,
+                record.contract,
+                agent_id,
+                record.seq,
+                record.start_ns,
+                batch_id,
+                record.position,
+            )
+            for i, (leaf, record) in enumerate(zip(new_leaves, accepted, strict=True))
+        ],
     )
-    LogNode.objects.bulk_create(LogNode(level=level, index=index, hash=h) for level, index, h in nodes)
+    _copy(LogNode._meta.db_table, ("level", "index", "hash"), nodes)
     state.size = start + len(accepted)
     state.frontier = b"".join(frontier)
     state.save(update_fields=["size", "frontier"])
@@ -126,17 +132,19 @@ _LEAF_COLUMNS = (
 )
 
 
-def _copy_leaves(rows: Iterable[tuple[Any, ...]]) -> None:
-    """COPY the leaf rows in (bulk_create spends ~100 µs per row building SQL; COPY a few). A refused
-    row raises Django's database errors (IntegrityError for a record id or seq logged already)."""
-    table = LogLeaf._meta.db_table
+def _copy(table: str, columns: tuple[str, ...], rows: Sequence[tuple[Any, ...]]) -> None:
+    """COPY rows in (bulk_create spends ~100 µs per row building SQL; COPY a few). A refused row raises
+    Django's database errors (IntegrityError for a record id or seq logged already)."""
+    if not rows:
+        return
     with (
         connection.cursor() as cursor,
         connection.wrap_database_errors,
-        cursor.cursor.copy(f"COPY {table} ({', '.join(_LEAF_COLUMNS)}) FROM STDIN") as copy,
+        cursor.cursor.copy(f"COPY {table} ({', '.join(columns)}) FROM STDIN") as copy,
     ):
+        write = copy.write_row
         for row in rows:
-            copy.write_row(row)
+            write(row)
 
 
 def publish_checkpoint(reason: str, invoice_id: int | None = None) -> Checkpoint:

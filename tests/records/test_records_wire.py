@@ -138,6 +138,13 @@ def test_outcome_shapes_agree(raw: bytes) -> None:
     assert fast_record(line) is None
 
 
+def test_deep_nesting_is_left_to_the_reference() -> None:
+    line = _outcome(b'{"a":' + b"[" * 100_000 + b"]" * 100_000 + b"}")
+    assert fast_record(line) is None
+    assert _reference(line) is not None
+    assert fast_record(b"[" * 100_000) is None
+
+
 def _batch_results(body: bytes, reader: Any) -> Any:
     try:
         result = reader(parse_batch(body, 100))
