@@ -3,7 +3,9 @@
 Run with `make bench` (real PostgreSQL and a fresh chDB directory). For batches of 1k and 10k records
 it prints records/s through `ingest_batch` (parse, Ed25519 check, Merkle root, per-record validation,
 binding and sequence dedup, one ClickHouse insert, PostgreSQL bookkeeping) and records/s for a bare
-columnar insert of the same rows into the same engine and table schema, and their ratio.
+columnar insert of the same rows into the same engine and table schema, and their ratio; then the time
+spent inside the log append (`ledger.services.append_batch`) and inside the ClickHouse insert of the
+accepted lines (`clickhouse_store.queries.records.insert_record_lines`), per record.
 Signing and record generation happen before the clock starts.
 """
 
@@ -13,6 +15,7 @@ import argparse
 import sys
 import time
 from pathlib import Path
+from typing import Any
 
 ROOT = Path(__file__).resolve().parents[1]
 # Replace this script's folder on the path: its name would shadow the `ingest` app.
@@ -42,6 +45,8 @@ def run(total: int, sizes: list[int]) -> None:
     from rich.console import Console
     from rich.table import Table
 
+    import ingest.outbox
+    import ingest.services
     from clickhouse_store import query
     from clickhouse_store.migrator import apply_migrations
     from clickhouse_store.schema import RECORD_FIELDS
@@ -60,8 +65,11 @@ def run(total: int, sizes: list[int]) -> None:
     start = int(datetime(2026, 11, 1, tzinfo=UTC).timestamp()) * 10**9
     query.command("CREATE TABLE IF NOT EXISTS bench_bare AS usage_records")
 
+    in_append = _timed(ingest.services, "append_batch")
+    in_insert = _timed(ingest.outbox, "insert_record_lines")
     table = Table(title=f"Ingest throughput, {total:,} records per batch size")
-    for column in ("batch size", "ingest path rec/s", "bare insert rec/s", "ratio"):
+    headings = ("batch size", "ingest path rec/s", "bare insert rec/s", "ratio", "log append µs/rec")
+    for column in (*headings, "ClickHouse insert µs/rec"):
         table.add_column(column, justify="right")
     first_seq = 0
     for size in sizes:
@@ -81,6 +89,7 @@ def run(total: int, sizes: list[int]) -> None:
         ]
         query.command("TRUNCATE TABLE usage_records")
 
+        in_append[0] = in_insert[0] = 0.0
         began = time.perf_counter()
         for body in bodies:
             answer = ingest_batch(body)
@@ -107,10 +116,31 @@ def run(total: int, sizes: list[int]) -> None:
         stored = query.select(f"SELECT count() FROM {query.RECORDS}")[0][0]
         assert stored == total, stored
         table.add_row(
-            f"{size:,}", f"{ingest_rate:,.0f}", f"{bare_rate:,.0f}", f"{ingest_rate / bare_rate:.2f}"
+            f"{size:,}",
+            f"{ingest_rate:,.0f}",
+            f"{bare_rate:,.0f}",
+            f"{ingest_rate / bare_rate:.2f}",
+            f"{in_append[0] / total * 1e6:.2f}",
+            f"{in_insert[0] / total * 1e6:.2f}",
         )
         console.print(f"batch size {size:,}: ingest {ingest_rate:,.0f} rec/s, bare {bare_rate:,.0f} rec/s")
     console.print(table)
+
+
+def _timed(module: Any, name: str) -> list[float]:
+    """Wrap `module.name` to add its wall time to the returned one-item list."""
+    spent = [0.0]
+    inner = getattr(module, name)
+
+    def timed(*args: Any) -> Any:
+        began = time.perf_counter()
+        try:
+            return inner(*args)
+        finally:
+            spent[0] += time.perf_counter() - began
+
+    setattr(module, name, timed)
+    return spent
 
 
 if __name__ == "__main__":
