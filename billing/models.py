@@ -292,7 +292,9 @@ class StripeCustomer(models.Model):
 
 class StripePayment(models.Model):
     """A finalised invoice pushed to Stripe as a PaymentIntent for its amount due, with every attempt's
-    outcome kept visible: `attempts`, `last_error`, and the status webhooks report."""
+    outcome kept visible: `attempts`, `last_error`, and the status webhooks report. When the customer
+    pays with the portal's Pay action (billing.checkout), `payment_intent_id` becomes the Checkout
+    Session's PaymentIntent, so later credit notes refund what was actually received."""
 
     class Status(models.TextChoices):
         PENDING = "pending", "Not pushed yet"
@@ -311,6 +313,15 @@ class StripePayment(models.Model):
         help_text="The PaymentIntent's amount: the amount due less credit notes.",
     )
     status = models.CharField(max_length=16, choices=Status.choices, default=Status.PENDING)
+    checkout_session_id = models.CharField(
+        max_length=80, blank=True, help_text="The Checkout Session the customer opened with Pay, if any."
+    )
+    superseded_intent_id = models.CharField(
+        max_length=64,
+        blank=True,
+        help_text="The PaymentIntent pushed before the customer paid through Checkout: canceled, and "
+        "refunded in full should it be paid anyway.",
+    )
     attempts = models.PositiveIntegerField(default=0)
     last_error = models.TextField(blank=True)
     updated_at = models.DateTimeField(auto_now=True)

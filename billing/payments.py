@@ -231,6 +231,26 @@ def _refunded(invoice: Invoice) -> Decimal:
     return refunds.aggregate(sum=Sum("amount"))["sum"] or ZERO
 
 
+def cancel_intent(intent_id: str) -> None:
+    """Cancel a PaymentIntent nobody should pay any more (superseded by a Checkout payment). One already
+    paid is left to its `payment_intent.succeeded` event, which refunds it (billing.checkout)."""
+    try:
+        client().v1.payment_intents.cancel(intent_id, {}, {"idempotency_key": f"cancel-{intent_id}"})
+    except stripe.InvalidRequestError as error:
+        if error.code != "payment_intent_unexpected_state":
+            raise
+
+
+def refund_received(intent_id: str, cents: int, invoice_number: str, key: str) -> str:
+    """Give back money received beyond what an invoice asks (paid twice, or after a credit note); the
+    idempotency key names the cause, so a retry never refunds twice. Returns the Refund id."""
+    refund = client().v1.refunds.create(
+        {"payment_intent": intent_id, "amount": cents, "metadata": {"invoice": invoice_number, "cause": key}},
+        {"idempotency_key": f"refund-{key}"},
+    )
+    return str(refund.id)
+
+
 def apply_payment_event(event: stripe.Event) -> None:
     """A Stripe event about an invoice's or a debit note's payment, or a refund; others change nothing."""
     if event.type in REFUND_EVENTS:

@@ -1,5 +1,6 @@
 """Stripe's webhook: each verified event applied once, by the part of billing it concerns (checkout
-sessions by billing.checkout, payments and refunds by billing.payments)."""
+sessions, for a purchase or an invoice, and superseded PaymentIntents by billing.checkout; payments and
+refunds by billing.payments)."""
 
 from __future__ import annotations
 
@@ -33,9 +34,14 @@ def handle_webhook(payload: bytes, signature: str | None) -> tuple[str, bool]:
 
 
 def _apply(event: stripe.Event) -> None:
-    if event.type in CHECKOUT_PAID:
-        checkout.complete_checkout(event.data.object.to_dict())
+    obj = event.data.object.to_dict()
+    if event.type in CHECKOUT_PAID and (obj.get("metadata") or {}).get("invoice_id"):
+        checkout.complete_invoice_checkout(obj)
+    elif event.type in CHECKOUT_PAID:
+        checkout.complete_checkout(obj)
     elif event.type in CHECKOUT_FAILED:
-        checkout.cancel_checkout(event.data.object.to_dict())
+        checkout.cancel_checkout(obj)  # an invoice's expired session changes nothing: Pay opens another
+    elif event.type == "payment_intent.succeeded" and checkout.refund_superseded(obj):
+        return
     else:
         apply_payment_event(event)

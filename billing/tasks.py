@@ -19,7 +19,7 @@ from pricing.errors import TermsError
 
 from .invoice_run import invoice_contracts
 from .models import Invoice, Note, StripeNote, StripePayment
-from .payments import TRANSIENT, PushInFlight, push_invoice, push_note
+from .payments import TRANSIENT, PushInFlight, cancel_intent, push_invoice, push_note, refund_received
 from .selectors import ContractMeter, usage_by_contract
 from .services import generate_invoice
 
@@ -132,3 +132,29 @@ def push_note_task(self: Any, note_id: int) -> str:
         if self.request.retries >= self.max_retries:
             StripeNote.objects.filter(note=note).update(status=StripeNote.Status.FAILED)
         raise
+
+
+@shared_task(
+    name="billing.cancel_payment_intent",
+    autoretry_for=TRANSIENT,
+    retry_backoff=2,
+    retry_backoff_max=600,
+    retry_jitter=False,
+    max_retries=8,
+)
+def cancel_intent_task(intent_id: str) -> None:
+    """Cancel the PaymentIntent a Checkout payment superseded; transient errors retry with backoff."""
+    cancel_intent(intent_id)
+
+
+@shared_task(
+    name="billing.refund_received",
+    autoretry_for=TRANSIENT,
+    retry_backoff=2,
+    retry_backoff_max=600,
+    retry_jitter=False,
+    max_retries=8,
+)
+def refund_task(intent_id: str, cents: int, invoice_number: str, key: str) -> str:
+    """Refund money received beyond an invoice's amount due (billing.payments.refund_received)."""
+    return refund_received(intent_id, cents, invoice_number, key)

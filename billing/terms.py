@@ -124,8 +124,8 @@ def _in_period(
     prices: list[ContractPrice], start: datetime | None, end: datetime | None
 ) -> list[ContractPrice]:
     """The price versions that apply at some time in [start, end) (all of them without a period)."""
-    if start is None or end is None:
-        return prices
+    if start is None or end is None or not prices:
+        return prices  # a contract of base fee only has no price versions
     kept = []
     for price, following in zip(prices, [*prices[1:], None], strict=True):
         superseded = (

@@ -17,6 +17,7 @@ urlpatterns = [
     path("invoices/", invoices.invoice_list, name="portal-invoices"),
     path("invoices/<int:pk>", invoices.invoice_detail, name="portal-invoice"),
     path("invoices/<int:pk>/pdf", pdfs.invoice_pdf, name="portal-invoice-pdf"),
+    path("invoices/<int:pk>/pay", invoices.pay_invoice, name="portal-invoice-pay"),
     path(
         "invoices/<int:pk>/lines/<int:line_pk>/records", records.line_record_list, name="portal-line-records"
     ),

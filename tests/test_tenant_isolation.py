@@ -149,6 +149,7 @@ FILLERS: dict[str, Fill] = {
     "portal-invoices": Fill(),
     "portal-invoice": Fill(lambda d: {"pk": d.invoice.pk}),
     "portal-invoice-pdf": Fill(lambda d: {"pk": d.invoice.pk}),
+    "portal-invoice-pay": Fill(lambda d: {"pk": d.invoice.pk}),
     "portal-line-records": Fill(lambda d: {"pk": d.invoice.pk, "line_pk": d.free_line.pk}),
     "portal-record": Fill(lambda d: {"record_id": d.record_ids[0]}),
     "portal-dispute-line": Fill(lambda d: {"pk": d.invoice.pk, "line_pk": d.free_line.pk}),

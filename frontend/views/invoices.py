@@ -1,20 +1,33 @@
-"""Invoices with their lines, credit notes, and disputes opened from a line."""
+"""Invoices with their lines, credit notes, paying them (Stripe Checkout), and disputes opened from a
+line."""
 
 from __future__ import annotations
 
+from django.conf import settings
+from django.contrib import messages
 from django.http import Http404, HttpRequest, HttpResponse
 from django.shortcuts import redirect
+from django.urls import reverse
+from django.utils.translation import gettext_lazy
 
 from accounts.access import WRITE_BILLING, Principal
+from billing.checkout import start_invoice_checkout
 from billing.disputes import open_dispute
 from billing.models import SETTLED_DISPUTES, Dispute, Invoice, InvoiceLine
+from common.errors import ApiError
 from ledger.selectors import LedgerLookupError
 
 from .. import selectors
-from ..access import READ_WRITE, portal_view
+from ..access import READ_WRITE, WRITE, portal_view
 from .common import error_message, is_htmx, page, paginate
 
 DISPUTABLE = (Invoice.Status.FINALIZED, Invoice.Status.PAID)
+PAYMENT_OUTCOMES = {
+    "success": gettext_lazy(
+        "Thank you. Stripe is confirming your payment: this page shows Paid once it has."
+    ),
+    "cancelled": gettext_lazy("Payment cancelled: nothing was charged."),
+}
 
 
 @portal_view()
@@ -36,6 +49,7 @@ def invoice_detail(request: HttpRequest, principal: Principal, pk: int) -> HttpR
     # The dispute a line shows: its open one, else the one that settled it (no new dispute then).
     shown = {d.line_id: d for d in invoice.disputes.all() if d.status in SETTLED_DISPUTES}
     shown.update({d.line_id: d for d in invoice.disputes.all() if d.status == Dispute.Status.OPEN})
+    may_write = principal.may_write(WRITE_BILLING) and not principal.is_staff
     return page(
         request,
         "frontend/invoice.html",
@@ -45,7 +59,24 @@ def invoice_detail(request: HttpRequest, principal: Principal, pk: int) -> HttpR
         lines=[(line, shown.get(line.pk)) for line in invoice.lines.all()],
         disputable=invoice.status in DISPUTABLE,
         can_dispute=principal.may_write(WRITE_BILLING),
+        can_pay=may_write and invoice.payment_status in ("due", "overdue"),
+        online_payment=bool(settings.STRIPE_API_KEY),
+        payment_outcome=PAYMENT_OUTCOMES.get(request.GET.get("payment", "")),
     )
+
+
+@portal_view(WRITE_BILLING, WRITE)
+def pay_invoice(request: HttpRequest, principal: Principal, pk: int) -> HttpResponse:
+    """Pay: to the Stripe Checkout page for the amount due, or back to the invoice with the reason."""
+    invoice = selectors.invoice_detail(principal, pk)
+    if invoice is None:
+        raise Http404
+    page_url = request.build_absolute_uri(reverse("portal-invoice", args=[pk]))
+    try:
+        return redirect(start_invoice_checkout(invoice, page_url))
+    except ApiError as error:
+        messages.error(request, error_message(error))
+        return redirect("portal-invoice", pk=pk)
 
 
 def _line(principal: Principal, pk: int, line_pk: int) -> InvoiceLine:

@@ -159,6 +159,12 @@ class FakeStripe:
             "payment_status": "unpaid",
             "success_url": plain["success_url"],
             "metadata": metadata,
+            "payment_intent": None,
+            "payment_intent_data": {
+                "metadata": {
+                    k[30:-1]: v for k, v in plain.items() if k.startswith("payment_intent_data[metadata][")
+                }
+            },
         }
 
     def pay_intent(self, intent_id: str, event_id: str) -> dict[str, Any]:
@@ -183,9 +189,28 @@ class FakeStripe:
         return self._event(event_id, "refund.updated", refund_id, status="failed", failure_reason=reason)
 
     def pay_checkout(self, session_id: str, event_id: str) -> dict[str, Any]:
-        """The customer pays on the hosted page: the session completes, and Stripe would send this event."""
+        """The customer pays on the hosted page: the session's PaymentIntent succeeds, the session
+        completes, and Stripe would send this event."""
+        with self._lock:
+            session = self.objects[session_id]
+            intent_id = f"pi_{len(self.objects) + 1}"
+            self.objects[intent_id] = {
+                "object": "payment_intent",
+                "id": intent_id,
+                "amount": session["amount_total"],
+                "amount_received": session["amount_total"],
+                "currency": session["currency"],
+                "customer": session["customer"],
+                "status": "succeeded",
+                "metadata": session["payment_intent_data"]["metadata"],
+            }
         return self._event(
-            event_id, "checkout.session.completed", session_id, status="complete", payment_status="paid"
+            event_id,
+            "checkout.session.completed",
+            session_id,
+            status="complete",
+            payment_status="paid",
+            payment_intent=intent_id,
         )
 
     def _event(self, event_id: str, event_type: str, object_id: str, **changes: Any) -> dict[str, Any]:

@@ -169,3 +169,16 @@ def test_a_real_celery_worker_writes_the_invoice(client: Client, redis_url: str)
         "expert_tokens": Decimal("0.01"),  # 1,428 × 0.00001 = 0.01428
         "l3_seconds": Decimal("0.22"),  # 0.27 s × 0.80 = 0.216
     }
+
+
+@pytest.mark.django_db
+def test_a_contract_of_base_fee_only_is_invoiced_its_fee() -> None:
+    contract = ContractFactory(currency="CNY", base_fee=Decimal("99.00"))  # no usage prices at all
+
+    invoice = generate_invoice(contract.pk, *NOV, now=datetime(2026, 12, 2, tzinfo=UTC))
+
+    assert (invoice.status, invoice.total, invoice.amount_due) == (
+        "finalized",
+        Decimal("99.00"),
+        Decimal("99.00"),
+    )
