@@ -19,6 +19,7 @@ price segment). Late usage of earlier periods is re-measured for the chunk at on
 
 from __future__ import annotations
 
+import time
 from collections import defaultdict
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
@@ -31,6 +32,7 @@ from django.db.models import Sum
 from accounts.models import Tenant
 from common.pg_copy import copy_insert
 from contracts.models import NEVER_BILLED, Contract
+from metrics.instruments import INVOICE_RUN_CONTRACTS, INVOICE_RUN_SECONDS
 from pricing.dimensions import Dimension
 from pricing.errors import BillingError
 
@@ -97,7 +99,10 @@ def invoice_contracts(
     """Invoice the contracts for [start, end) with the usage measured for them, chunk by chunk (in
     the given order; pass them ordered by pk). Returns how many invoices are finalised and, per
     contract code, why one could not be billed. `progress(done, total)` runs per contract once its
-    chunk has committed."""
+    chunk has committed. The run's duration and progress go to metrics.instruments (`/metrics`)."""
+    began = time.perf_counter()
+    INVOICE_RUN_CONTRACTS.labels("total").set(len(contracts))
+    INVOICE_RUN_CONTRACTS.labels("done").set(0)
     finalized, failed = 0, {}
     try:
         check_period(start, end, now)
@@ -112,9 +117,11 @@ def invoice_contracts(
                 made, errors = _invoice_chunk([c.pk for c in part], start, end, usage, now)
             finalized += made
             failed.update(errors)
+        INVOICE_RUN_CONTRACTS.labels("done").set(first + len(part))
         if progress is not None:
             for done in range(first + 1, first + len(part) + 1):
                 progress(done, len(contracts))
+    INVOICE_RUN_SECONDS.observe(time.perf_counter() - began)
     return finalized, failed
 
 

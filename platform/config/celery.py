@@ -3,12 +3,21 @@
 import os
 
 from celery import Celery
+from celery.signals import worker_init
+
+from metrics.exposition import serve_worker_metrics
 
 os.environ.setdefault("DJANGO_SETTINGS_MODULE", "config.settings")
 
 app = Celery("treemeter")
 app.config_from_object("django.conf:settings", namespace="CELERY")
 app.autodiscover_tasks()
+
+
+@worker_init.connect
+def _serve_metrics(**_: object) -> None:
+    """A worker's Prometheus exposition (the invoice runs its children execute), when configured."""
+    serve_worker_metrics()
 
 
 @app.task(name="treemeter.runtime_info")

@@ -182,6 +182,10 @@ CELERY_BEAT_SCHEDULE = {
 }
 
 # Ingest limits.
+# GET /metrics (config.metrics): `Authorization: Bearer <METRICS_TOKEN>`; production serves it only with one.
+METRICS_TOKEN = env.text("METRICS_TOKEN", "")
+CELERY_TASK_DEFAULT_QUEUE = "celery"  # Celery's own default, named for the queue-depth gauge
+
 INGEST_MAX_BATCH_BYTES = env.integer("INGEST_MAX_BATCH_BYTES", 32 * 1024 * 1024, minimum=1024)
 INGEST_MAX_BATCH_RECORDS = env.integer("INGEST_MAX_BATCH_RECORDS", 20_000, minimum=1)
 # The time window of records (docs/record-format.md): at most this far ahead of the platform's clock, and

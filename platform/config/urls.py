@@ -10,6 +10,8 @@ from entitlements import views as entitlements_views
 from ingest.api import CompletenessView as AgentCompletenessView
 from ingest.views import ingest_batches
 
+from .metrics import metrics
+
 # /v1/… answers errors as JSON {code, message, details} even for URLs no route matches.
 handler400 = "common.errors.bad_request"
 handler404 = "common.errors.not_found"
@@ -18,6 +20,7 @@ handler500 = "common.errors.server_error"
 urlpatterns = [
     path("admin/", admin.site.urls),
     path("v1/ingest/batches", ingest_batches, name="ingest-batches"),
+    path("metrics", metrics, name="metrics"),
     path("v1/agents", AgentRegistrationView.as_view(), name="agent-register"),
     path("v1/invoices/<int:pk>", InvoiceDetailView.as_view(), name="invoice-detail"),
     path("v1/", include("billing.urls")),

@@ -73,6 +73,7 @@ class IngestRefused(Exception):
 class IngestAnswer:
     status: int
     body: dict[str, Any]
+    replayed: bool = False  # the stored first answer of a batch received before
 
 
 @dataclass(frozen=True)
@@ -156,7 +157,7 @@ def _commit(
         agent = Agent.objects.select_for_update().get(pk=key.agent_id)
         previous = IngestBatch.objects.filter(agent=agent, header_digest=batch.header_digest).first()
         if previous is not None:
-            return IngestAnswer(previous.status_code, previous.response), None
+            return IngestAnswer(previous.status_code, previous.response, replayed=True), None
         ranges = list(SequenceRange.objects.filter(agent=agent).values_list("first_seq", "last_seq"))
         try:
             result = _sort_records(agent, batch, ranges, now, look_up_ids)

@@ -7,6 +7,7 @@ billing.evidence, billing.completeness); an agent's completeness report is inges
 from __future__ import annotations
 
 import base64
+from datetime import datetime
 from typing import Any
 
 from django.conf import settings
@@ -16,7 +17,7 @@ from treemeter_records import private_key_from_seed
 from treemeter_records.merkle import leaf_hash
 
 from .merkle import consistency_path, inclusion_path
-from .models import Checkpoint, LogLeaf
+from .models import Checkpoint, LogLeaf, LogState
 from .notes import raw_public_key
 from .store import stored_lines
 from .tree import StoredTree
@@ -36,6 +37,13 @@ def b64(data: bytes) -> str:
 
 def checkpoints() -> QuerySet[Checkpoint]:
     return Checkpoint.objects.all()
+
+
+def log_head() -> tuple[int, datetime | None]:
+    """The log's size and when its latest checkpoint was signed (None before the first)."""
+    state = LogState.objects.filter(pk=1).values_list("size", flat=True).first()
+    signed = Checkpoint.objects.order_by("-size", "-id").values_list("created_at", flat=True).first()
+    return state or 0, signed
 
 
 def checkpoint_of_size(size: int | None) -> Checkpoint:
