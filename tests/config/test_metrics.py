@@ -22,8 +22,12 @@ from tests.ingest.support import post, signed
 pytestmark = [pytest.mark.django_db, pytest.mark.usefixtures("clickhouse")]
 
 
-def _scrape(client: Client, **headers: str) -> dict[tuple[str, tuple[tuple[str, str], ...]], float]:
-    response = client.get("/metrics", **headers)
+Samples = dict[tuple[str, tuple[tuple[str, str], ...]], float]
+
+
+def _scrape(client: Client, token: str | None = None) -> Samples:
+    headers = {} if token is None else {"Authorization": f"Bearer {token}"}
+    response = client.get("/metrics", headers=headers)
     assert response.status_code == 200, response.content
     assert response["Content-Type"].startswith("text/plain; version=0.0.4")
     return {
@@ -38,7 +42,7 @@ def _value(name: str, **labels: str) -> float:
 
 
 def test_ingest_answers_the_log_and_the_queue_are_shown(client: Client) -> None:
-    contract = ContractFactory()
+    contract: Any = ContractFactory()
     agent: SigningAgent = signing_agent(contract)
     before = {
         "ok": _value("treemeter_ingest_batches_total", status="200", code="ok"),
@@ -59,6 +63,7 @@ def test_ingest_answers_the_log_and_the_queue_are_shown(client: Client) -> None:
     publish_checkpoint("manual")
 
     samples = _scrape(client)
+    key: tuple[str, tuple[tuple[str, str], ...]]
     key = ("treemeter_ingest_batches_total", (("code", "ok"), ("status", "200")))
     assert samples[key] == before["ok"] + 1
     key = ("treemeter_ingest_batches_total", (("code", "replay"), ("status", "200")))
@@ -78,7 +83,7 @@ def test_ingest_answers_the_log_and_the_queue_are_shown(client: Client) -> None:
 def test_the_invoice_run_shows_its_progress_and_duration(client: Client) -> None:
     runs = _value("treemeter_invoice_run_seconds_count")
     start, end = datetime(2026, 10, 1, tzinfo=UTC), datetime(2026, 11, 1, tzinfo=UTC)
-    contracts = [ContractFactory(), ContractFactory()]
+    contracts: list[Any] = [ContractFactory(), ContractFactory()]
     invoice_contracts(contracts, start, end, {}, now=datetime(2026, 11, 2, tzinfo=UTC))
     samples = _scrape(client)
     assert samples[("treemeter_invoice_run_seconds_count", ())] == runs + 1
@@ -93,7 +98,7 @@ def test_a_configured_token_is_required(client: Client) -> None:
     assert refused.json()["code"] == "metrics_token_required"
     assert refused["WWW-Authenticate"] == 'Bearer realm="metrics"'
     assert client.get("/metrics", HTTP_AUTHORIZATION="Bearer wrong").status_code == 401
-    _scrape(client, HTTP_AUTHORIZATION="Bearer s3cret-metrics")
+    _scrape(client, "s3cret-metrics")
 
 
 @override_settings(DEVELOPMENT=False, METRICS_TOKEN="")
