@@ -1,19 +1,28 @@
-"""Ingest throughput: the real ingest path against a bare clickhouse-connect columnar insert.
+"""Ingest throughput: the real ingest path, in-process and over HTTP, against a bare ClickHouse insert.
 
 Run with `make bench` (real PostgreSQL and a fresh chDB directory). For batches of 1k and 10k records
 it prints records/s through `ingest_batch` (parse, Ed25519 check, Merkle root, per-record validation,
-binding and sequence dedup, one ClickHouse insert, PostgreSQL bookkeeping) and records/s for a bare
-columnar insert of the same rows into the same engine and table schema, and their ratio; then the time
-spent inside the log append (`ledger.services.append_batch`) and inside the ClickHouse insert of the
-accepted lines (`clickhouse_store.queries.records.insert_record_lines`), per record.
-Signing and record generation happen before the clock starts.
+binding and sequence dedup, PostgreSQL bookkeeping and log, one ClickHouse insert), records/s of the
+same kind of batches posted over loopback to `POST /v1/ingest/batches` served by gunicorn as production
+serves it (one sync worker with its own chDB directory, since chDB allows one process per data path;
+the same PostgreSQL), and records/s for a bare columnar clickhouse-connect insert of the same
+rows into the same engine and table schema, with the ratios. Then, per record: the time inside the
+log append (`ledger.services.append_batch`) and inside the ClickHouse insert of the accepted lines
+(`insert_record_lines`: JSONEachRow into usage_records, whose materialized views fill the dashboard
+rollups), and a bare JSONEachRow insert of the same lines into a table without those views: what the
+engine itself spends on the ingest's insert. Signing and record generation happen before the clock.
 """
 
 from __future__ import annotations
 
 import argparse
+import os
+import socket
+import subprocess
 import sys
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -23,6 +32,8 @@ sys.path[0:1] = [str(ROOT), str(ROOT / "platform")]
 
 from bench.benchdb import use_fresh_database  # noqa: E402 - needs the path above
 
+PAST_DAYS = "36500"  # the records replay a fixed past month (November 2026)
+
 
 def main() -> None:
     parser = argparse.ArgumentParser(
@@ -30,16 +41,18 @@ def main() -> None:
     )
     parser.add_argument("--records", type=int, default=20_000, help="records per batch size (default 20000)")
     parser.add_argument("--sizes", default="1000,10000")
+    parser.add_argument("--no-http", action="store_true", help="skip the gunicorn path")
     args = parser.parse_args()
     sizes = [int(s) for s in args.sizes.split(",")]
 
     use_fresh_database("treemeter_bench")
-    run(args.records, sizes)
+    run(args.records, sizes, http=not args.no_http)
 
 
-def run(total: int, sizes: list[int]) -> None:
+def run(total: int, sizes: list[int], *, http: bool) -> None:
     from datetime import UTC, datetime
 
+    import httpx
     import orjson
     from django.conf import settings
     from rich.console import Console
@@ -53,11 +66,11 @@ def run(total: int, sizes: list[int]) -> None:
     from compute_agents.synthetic import Workload, synthetic_records
     from demo.services import seed_demo
     from ingest.services import ingest_batch
-    from treemeter_records import build_batch, private_key_from_seed
+    from treemeter_records import CONTENT_TYPE, build_batch, private_key_from_seed
 
-    console = Console()
+    console = Console(width=200)
     settings.INGEST_MAX_BATCH_RECORDS = max(sizes)
-    settings.INGEST_MAX_PAST_DAYS = 36_500  # the records replay a fixed past month (November 2026)
+    settings.INGEST_MAX_PAST_DAYS = int(PAST_DAYS)
     apply_migrations()
     setup = seed_demo(settings.DATA_DIR)
     key = private_key_from_seed(setup.agent_seed)
@@ -68,11 +81,12 @@ def run(total: int, sizes: list[int]) -> None:
     in_append = _timed(ingest.services, "append_batch")
     in_insert = _timed(ingest.outbox, "insert_record_lines")
     table = Table(title=f"Ingest throughput, {total:,} records per batch size")
-    headings = ("batch size", "ingest path rec/s", "bare insert rec/s", "ratio", "log append µs/rec")
-    for column in (*headings, "ClickHouse insert µs/rec"):
+    headings = ["batch size", "ingest rec/s", "HTTP rec/s", "bare insert rec/s", "ratio", "HTTP ratio"]
+    headings += ["log append µs/rec", "ClickHouse insert µs/rec", "bare JSON insert µs/rec"]
+    for column in headings:
         table.add_column(column, justify="right")
-    first_seq = 0
-    for size in sizes:
+
+    def bodies_of(first_seq: int, seed: int) -> tuple[list[dict[str, Any]], list[bytes]]:
         records = list(
             synthetic_records(
                 workload,
@@ -80,51 +94,135 @@ def run(total: int, sizes: list[int]) -> None:
                 count=total,
                 start_ns=start,
                 end_ns=start + 86_400 * 10**9,
-                seed=size,
+                seed=seed,
             )
         )
-        first_seq += total
-        bodies = [
+        return records, [
             build_batch(records[i : i + size], setup.agent_id, key).body() for i in range(0, total, size)
         ]
-        query.command("TRUNCATE TABLE usage_records")
 
-        in_append[0] = in_insert[0] = 0.0
-        began = time.perf_counter()
-        for body in bodies:
-            answer = ingest_batch(body)
-            assert answer.status == 200 and answer.body["accepted"] == len(body.splitlines()) - 1, answer.body
-        ingest_rate = total / (time.perf_counter() - began)
+    with _gunicorn(max(sizes)) if http else _no_server() as url:
+        first_seq = 0
+        for size in sizes:
+            records, bodies = bodies_of(first_seq, size)
+            first_seq += total
+            query.command("TRUNCATE TABLE usage_records")
 
-        columns = [
-            [
-                orjson.dumps(r["outcome"]).decode()
-                if name == "outcome" and r["outcome"]
-                else ("" if name == "outcome" else r[name])
-                for r in records
+            in_append[0] = in_insert[0] = 0.0
+            began = time.perf_counter()
+            for body in bodies:
+                answer = ingest_batch(body)
+                accepted = len(body.splitlines()) - 1
+                assert answer.status == 200 and answer.body["accepted"] == accepted, answer.body
+            ingest_rate = total / (time.perf_counter() - began)
+            append_us, insert_us = in_append[0] / total * 1e6, in_insert[0] / total * 1e6
+            stored = query.select(f"SELECT count() FROM {query.RECORDS}")[0][0]
+            assert stored == total, stored
+
+            http_rate = None
+            if url is not None:
+                _, http_bodies = bodies_of(first_seq, size + 1)
+                first_seq += total
+                with httpx.Client(base_url=url, timeout=300) as client:
+                    began = time.perf_counter()
+                    for body in http_bodies:
+                        response = client.post(
+                            "/v1/ingest/batches", content=body, headers={"Content-Type": CONTENT_TYPE}
+                        )
+                        accepted = len(body.splitlines()) - 1
+                        assert response.status_code == 200, response.text
+                        assert response.json()["accepted"] == accepted, response.text
+                    http_rate = total / (time.perf_counter() - began)
+
+            columns = [
+                [
+                    orjson.dumps(r["outcome"]).decode()
+                    if name == "outcome" and r["outcome"]
+                    else ("" if name == "outcome" else r[name])
+                    for r in records
+                ]
+                for name in RECORD_FIELDS
             ]
-            for name in RECORD_FIELDS
-        ]
-        query.command("TRUNCATE TABLE bench_bare")
-        began = time.perf_counter()
-        for i in range(0, total, size):
-            query.insert_rows(
-                "bench_bare", RECORD_FIELDS, [c[i : i + size] for c in columns], column_oriented=True
-            )
-        bare_rate = total / (time.perf_counter() - began)
+            query.command("TRUNCATE TABLE bench_bare")
+            began = time.perf_counter()
+            for i in range(0, total, size):
+                query.insert_rows(
+                    "bench_bare", RECORD_FIELDS, [c[i : i + size] for c in columns], column_oriented=True
+                )
+            bare_rate = total / (time.perf_counter() - began)
 
-        stored = query.select(f"SELECT count() FROM {query.RECORDS}")[0][0]
-        assert stored == total, stored
-        table.add_row(
-            f"{size:,}",
-            f"{ingest_rate:,.0f}",
-            f"{bare_rate:,.0f}",
-            f"{ingest_rate / bare_rate:.2f}",
-            f"{in_append[0] / total * 1e6:.2f}",
-            f"{in_insert[0] / total * 1e6:.2f}",
-        )
-        console.print(f"batch size {size:,}: ingest {ingest_rate:,.0f} rec/s, bare {bare_rate:,.0f} rec/s")
+            line_batches = [b"\n".join(body.split(b"\n")[1:]) for body in bodies]
+            query.command("TRUNCATE TABLE bench_bare")
+            began = time.perf_counter()
+            for lines in line_batches:
+                query.insert_json_lines("bench_bare", lines)
+            json_us = (time.perf_counter() - began) / total * 1e6
+
+            table.add_row(
+                f"{size:,}",
+                f"{ingest_rate:,.0f}",
+                "—" if http_rate is None else f"{http_rate:,.0f}",
+                f"{bare_rate:,.0f}",
+                f"{ingest_rate / bare_rate:.2f}",
+                "—" if http_rate is None else f"{http_rate / bare_rate:.2f}",
+                f"{append_us:.2f}",
+                f"{insert_us:.2f}",
+                f"{json_us:.2f}",
+            )
+            console.print(
+                f"batch size {size:,}: ingest {ingest_rate:,.0f} rec/s, HTTP "
+                f"{'—' if http_rate is None else f'{http_rate:,.0f}'} rec/s, bare {bare_rate:,.0f} rec/s"
+            )
     console.print(table)
+
+
+@contextmanager
+def _no_server() -> Iterator[None]:
+    yield None
+
+
+@contextmanager
+def _gunicorn(max_records: int) -> Iterator[str]:
+    """gunicorn serving the platform on a free loopback port: the same PostgreSQL, its own chDB."""
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    data = Path(os.environ.get("TREEMETER_DATA_DIR", "var")) / "bench-http"
+    env = {
+        **os.environ,
+        "TREEMETER_DATA_DIR": str(data),
+        "CLICKHOUSE_URL": f"chdb://{data / 'clickhouse'}",
+        "INGEST_MAX_BATCH_RECORDS": str(max_records),
+        "INGEST_MAX_PAST_DAYS": PAST_DAYS,
+        "LOG_LEVEL": "WARNING",
+    }
+    python = Path(sys.executable)
+    subprocess.run([python, "manage.py", "migrate_clickhouse"], cwd=ROOT, env=env, check=True)
+    command = [str(python.parent / "gunicorn"), "config.wsgi:application", "--bind", f"127.0.0.1:{port}"]
+    command += ["--workers", "1", "--timeout", "300"]
+    server = subprocess.Popen(command, cwd=ROOT, env=env)
+    url = f"http://127.0.0.1:{port}"
+    try:
+        _wait_until_up(url, server)
+        yield url
+    finally:
+        server.terminate()
+        server.wait(timeout=30)
+
+
+def _wait_until_up(url: str, server: subprocess.Popen[bytes]) -> None:
+    import httpx
+
+    deadline = time.monotonic() + 120
+    while time.monotonic() < deadline:
+        if server.poll() is not None:
+            raise RuntimeError(f"gunicorn exited with {server.returncode}")
+        try:
+            httpx.get(f"{url}/v1/ingest/batches", timeout=5)  # 405: up
+            return
+        except httpx.TransportError:
+            time.sleep(0.5)
+    raise RuntimeError("gunicorn did not answer within 120 s")
 
 
 def _timed(module: Any, name: str) -> list[float]:
