@@ -101,7 +101,7 @@ def run(total: int, sizes: list[int], *, http: bool) -> None:
             build_batch(records[i : i + size], setup.agent_id, key).body() for i in range(0, total, size)
         ]
 
-    with _gunicorn(max(sizes)) if http else _no_server() as url:
+    with serve_gunicorn("bench-http", max(sizes)) if http else _no_server() as url:
         first_seq = 0
         for size in sizes:
             records, bodies = bodies_of(first_seq, size)
@@ -182,12 +182,13 @@ def _no_server() -> Iterator[None]:
 
 
 @contextmanager
-def _gunicorn(max_records: int) -> Iterator[str]:
-    """gunicorn serving the platform on a free loopback port: the same PostgreSQL, its own chDB."""
+def serve_gunicorn(name: str, max_records: int) -> Iterator[str]:
+    """gunicorn serving the platform on a free loopback port: the same PostgreSQL, its own chDB (in the
+    data dir's folder `name`: one ingest node, standing in for one ClickHouse shard). Yields its URL."""
     with socket.socket() as probe:
         probe.bind(("127.0.0.1", 0))
         port = probe.getsockname()[1]
-    data = Path(os.environ.get("TREEMETER_DATA_DIR", "var")) / "bench-http"
+    data = Path(os.environ.get("TREEMETER_DATA_DIR", "var")) / name
     env = {
         **os.environ,
         "TREEMETER_DATA_DIR": str(data),
