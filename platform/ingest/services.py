@@ -195,11 +195,13 @@ def _commit(
         if not result.accepted:
             return answer, None
         _advance_ranges(agent, ranges, [seq for seq, _ in result.accepted])
-        append_batch(log_batch, result.logged)  # takes the log's row lock: the last lock taken
         lines = b"\n".join(line for _, line in result.accepted)
         token = _dedup_token(agent.agent_id, batch.header_digest, result.accepted)
         tenants = sorted({entry.tenant for entry in result.logged})
         pending = _insert_pending(saved.pk, token, lines, tenants)
+        # Takes the log's row lock, the one lock every batch of every agent shares: last, so it is held
+        # only for the append and the commit.
+        append_batch(log_batch, result.logged)
     return answer, Committed(pending, lines, token, tenants)
 
 
