@@ -1,26 +1,46 @@
 """Admission (L1): who is asking (key → entitlement), whether the request may run (its format, the rules
-file), which path it takes (the policy table), and the quota it holds while it runs."""
+file, the model it names, the model's context), which path it takes (the policy table), and the quota it
+holds while it runs. Every check is before the forward pass."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass
+from datetime import UTC, datetime
 from typing import Any
 
 from .engine import Engine
 from .entitlements import Entitlement, EntitlementStore, Quota, Reservation
 from .leases import LeaseUnavailable
+from .params import CompletionRequest, parse_request
 from .router import RequestRefused, Rules
 from .spool import Spool
-from .wire import ApiError, parse_request
+from .wire import ApiError
 
 
 @dataclass(frozen=True)
 class Admitted:
+    request: CompletionRequest
     prompt: str
-    max_tokens: int
     tokens_in: int
     path: tuple[str, ...]
     reservation: Reservation
+
+
+def model_not_found(model: str) -> ApiError:
+    return ApiError(
+        404,
+        "invalid_request_error",
+        "model_not_found",
+        f"The model `{model}` does not exist or you do not have access to it.",
+        "model",
+    )
+
+
+def seconds_to_next_month(now_ns: int) -> int:
+    """How long until a monthly quota starts again (UTC months, as ``quota_period``)."""
+    now = datetime.fromtimestamp(now_ns / 1e9, UTC)
+    following = datetime(now.year + now.month // 12, now.month % 12 + 1, 1, tzinfo=UTC)
+    return max(1, int(following.timestamp() - now_ns / 1e9))
 
 
 class Admission:
@@ -50,20 +70,38 @@ class Admission:
         return entitlement
 
     def admit(self, route: str, entitlement: Entitlement, body: Any, now_ns: int) -> Admitted:
-        """Parse, rules, path, quota reservation; a refusal raises ApiError (the caller records it)."""
+        """Parse, rules, model, context, path, quota reservation; a refusal raises ApiError (the caller
+        records it)."""
         request = parse_request(route, body)
-        given = request.prompt
-        prompt = given if isinstance(given, str) else self.engine.chat_prompt(given)
         try:
             self.rules.check(route, body)
         except RequestRefused as refused:
             raise ApiError(
                 400, "invalid_request_error", "rule_violation", str(refused), refused.param
             ) from None
-        path = self.rules.path_for(entitlement.package, entitlement.sla_class)
+        if request.model not in self.engine.served_names:
+            raise model_not_found(request.model)
+        given = request.prompt
+        prompt = given if isinstance(given, str) else self.engine.chat_prompt(given)
         tokens_in = self.engine.count_tokens(prompt)
-        reservation = self._reserve(entitlement, tokens_in + request.max_tokens, now_ns)
-        return Admitted(prompt, request.max_tokens, tokens_in, path, reservation)
+        self._check_context(request, tokens_in, "prompt" if isinstance(given, str) else "messages")
+        path = self.rules.path_for(entitlement.package, entitlement.sla_class)
+        worst_case = tokens_in + request.n * request.sampling.max_tokens
+        reservation = self._reserve(entitlement, worst_case, now_ns)
+        return Admitted(request, prompt, tokens_in, path, reservation)
+
+    def _check_context(self, request: CompletionRequest, tokens_in: int, param: str) -> None:
+        limit, wanted = self.engine.max_model_len, request.sampling.max_tokens
+        if tokens_in + wanted > limit:
+            raise ApiError(
+                400,
+                "invalid_request_error",
+                "context_length_exceeded",
+                f"This model's maximum context length is {limit} tokens. However, you requested "
+                f"{tokens_in + wanted} tokens ({tokens_in} in the {param}, {wanted} in the completion). "
+                f"Please reduce the length of the {param} or completion.",
+                param,
+            )
 
     def _reserve(self, entitlement: Entitlement, tokens: int, now_ns: int) -> Reservation:
         try:
@@ -75,11 +113,13 @@ class Admission:
                 "quota_lease_unavailable",
                 "The agent holds no quota for this key and cannot reach the platform for more.",
             ) from None
-        if reservation is None:
+        if reservation is None:  # retrying cannot help before the quota's month is over
+            retry_after = seconds_to_next_month(now_ns)
             raise ApiError(
                 429,
                 "insufficient_quota",
                 "insufficient_quota",
                 "This API key's monthly token quota is used up.",
+                headers={"Retry-After": str(retry_after), "x-should-retry": "false"},
             )
         return reservation

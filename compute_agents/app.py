@@ -1,41 +1,96 @@
-"""The OpenAI-compatible HTTP API (FastAPI): /v1/completions, /v1/chat/completions, /v1/models, /metrics."""
+"""The OpenAI-compatible HTTP API (FastAPI): /v1/completions, /v1/chat/completions, /v1/models,
+/v1/models/{id}, /metrics. Every answer carries ``x-request-id`` (the request's record id) and every
+error OpenAI's shape, unknown paths and methods included. A client that goes away cancels its request:
+a stream when its connection closes, a whole answer while it is being generated."""
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
+import threading
+from collections.abc import AsyncIterator
 from typing import Any
 
 from fastapi import FastAPI, Request
 from fastapi.concurrency import run_in_threadpool
 from fastapi.responses import JSONResponse, Response, StreamingResponse
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
+from starlette.exceptions import HTTPException
 
+from treemeter_records import new_record_id
+
+from .admission import model_not_found
 from .metering import Trip
 from .service import AgentService
-from .wire import ApiError, new_client_request_id
+from .wire import ApiError, error_body, new_client_request_id
+
+HTTP_CODES = {404: "not_found", 405: "method_not_allowed"}
 
 
 def create_app(service: AgentService) -> FastAPI:
     app = FastAPI(title="Treemeter compute agent", docs_url=None, redoc_url=None)
 
+    @app.exception_handler(HTTPException)
+    async def http_error(request: Request, error: HTTPException) -> Response:
+        code = HTTP_CODES.get(error.status_code, f"http_{error.status_code}")
+        message = f"{request.method} {request.url.path}: {error.detail}"
+        headers = {**(error.headers or {}), "x-request-id": new_record_id()}
+        return JSONResponse(
+            error_body(message, "invalid_request_error", code), error.status_code, headers=headers
+        )
+
+    def refused(error: ApiError, trip: Trip) -> Response:
+        headers = {**error.headers, "x-request-id": trip.record_id}
+        return JSONResponse(error.body(), status_code=error.status, headers=headers)
+
     async def serve(request: Request, route: str) -> Response:
-        trip = Trip(route, new_client_request_id(request.headers.get("x-request-id")))
+        record_id = new_record_id()
+        trip = Trip(route, new_client_request_id(request.headers.get("x-request-id"), record_id), record_id)
         try:
             entitlement = service.authenticate(request.headers.get("authorization"))
         except ApiError as error:
             service.metrics.requests.labels(route, f"http_{error.status}").inc()
-            return JSONResponse(error.body(), status_code=error.status)
+            return refused(error, trip)
         try:
             body: Any = await request.json()
         except ValueError:
             body = None
+        cancelled = threading.Event()
         try:
             if isinstance(body, dict) and body.get("stream") is True:
-                events = await run_in_threadpool(service.stream, trip, entitlement, body)
-                return StreamingResponse(events, media_type="text/event-stream")
-            answer = await run_in_threadpool(service.complete, trip, entitlement, body)
+                events = await open_stream(trip, entitlement, body, cancelled)
+                return StreamingResponse(
+                    events, media_type="text/event-stream", headers={"x-request-id": trip.record_id}
+                )
+            answer = await until_done_or_gone(
+                request, cancelled, run_in_threadpool(service.complete, trip, entitlement, body, cancelled)
+            )
         except ApiError as error:
-            return JSONResponse(error.body(), status_code=error.status)
-        return JSONResponse(answer)
+            return refused(error, trip)
+        return JSONResponse(answer, headers={"x-request-id": trip.record_id})
+
+    async def open_stream(
+        trip: Trip, entitlement: Any, body: Any, cancelled: threading.Event
+    ) -> AsyncIterator[bytes]:
+        """Admit (an ApiError raises here), then the events the engine's thread emits. When the client
+        goes away Starlette cancels the iteration, and ``cancelled`` stops the engine."""
+        loop = asyncio.get_running_loop()
+        queue: asyncio.Queue[bytes | None] = asyncio.Queue()
+
+        def emit(event: bytes | None) -> None:
+            with contextlib.suppress(RuntimeError):  # the loop is gone: so is the client
+                loop.call_soon_threadsafe(queue.put_nowait, event)
+
+        await run_in_threadpool(service.stream, trip, entitlement, body, emit, cancelled)
+
+        async def events() -> AsyncIterator[bytes]:
+            try:
+                while (event := await queue.get()) is not None:
+                    yield event
+            finally:
+                cancelled.set()  # after the last event a no-op: the record is committed by then
+
+        return events()
 
     @app.post("/v1/completions")
     async def completions(request: Request) -> Response:
@@ -45,15 +100,46 @@ def create_app(service: AgentService) -> FastAPI:
     async def chat_completions(request: Request) -> Response:
         return await serve(request, "/v1/chat/completions")
 
+    def model_card(name: str) -> dict[str, Any]:
+        engine = service.engine
+        return {
+            "id": name,
+            "object": "model",
+            "created": engine.created,
+            "owned_by": "treemeter",
+            "root": engine.model_id,
+        }
+
     @app.get("/v1/models")
     async def models() -> dict[str, Any]:
-        return {
-            "object": "list",
-            "data": [{"id": service.engine.model_id, "object": "model", "owned_by": "treemeter"}],
-        }
+        return {"object": "list", "data": [model_card(name) for name in service.engine.served_names]}
+
+    @app.get("/v1/models/{model:path}")
+    async def model(model: str) -> Response:
+        headers = {"x-request-id": new_record_id()}
+        if model not in service.engine.served_names:
+            error = model_not_found(model)
+            return JSONResponse(error.body(), status_code=error.status, headers=headers)
+        return JSONResponse(model_card(model), headers=headers)
 
     @app.get("/metrics")
     async def metrics() -> Response:
         return Response(generate_latest(service.metrics.registry), media_type=CONTENT_TYPE_LATEST)
 
     return app
+
+
+async def until_done_or_gone(request: Request, cancelled: threading.Event, work: Any) -> Any:
+    """Await ``work``; if the client disconnects meanwhile, set ``cancelled`` (the engine stops after its
+    step) and still await the work, which records the request as cancelled."""
+
+    async def watch() -> None:
+        while (await request.receive())["type"] != "http.disconnect":
+            pass
+        cancelled.set()
+
+    watcher = asyncio.ensure_future(watch())
+    try:
+        return await work
+    finally:
+        watcher.cancel()

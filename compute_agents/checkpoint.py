@@ -13,11 +13,13 @@ from __future__ import annotations
 
 import hashlib
 import json
+import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 MANIFEST = "treemeter.json"
+TINY_ALIAS = "tiny"
 WEIGHTS_FILE = "model.safetensors"
 EXPERTS_DIR = "experts"
 SPECIAL_TOKENS = ["<|endoftext|>", "<|system|>", "<|user|>", "<|assistant|>"]
@@ -236,6 +238,8 @@ def create_tiny_model(directory: Path, sizes: TinySizes = TinySizes(), seed: int
     manifest = {
         "format": 1,
         "model_id": f"tiny-qwen3-moe-h{sizes.hidden}-l{sizes.layers}-e{sizes.experts}-k{sizes.top_k}",
+        "aliases": [TINY_ALIAS],  # the name clients may also ask for (GET /v1/models lists both)
+        "created": int(time.time()),
         "weights_sha3": sha3_file(directory / WEIGHTS_FILE),
         "experts": experts,
     }

@@ -138,6 +138,7 @@ def _settings(args: argparse.Namespace) -> Any:
         batch_age_s=args.batch_age,
         spool_max_records=args.spool_max_records,
         threads=args.threads,
+        workers=args.workers,
         engine=args.engine,
         quota_leases=args.quota_leases,
         lease_block_tokens=args.lease_block_tokens,
@@ -243,6 +244,7 @@ def parser() -> argparse.ArgumentParser:
     run.add_argument("--batch-age", type=float, default=1.0, help="seconds before a partial batch ships")
     run.add_argument("--spool-max-records", type=int, default=100_000)
     run.add_argument("--threads", type=int, help="torch threads")
+    run.add_argument("--workers", type=int, default=4, help="torch engine: requests served at once")
     run.add_argument("--engine", choices=["torch", "vllm"], default="torch", help="vllm: the optional extra")
     run.add_argument(
         "--quota-leases",

@@ -6,7 +6,8 @@ cache replaces; that module keeps the indices it was given (the experts that rea
 less than a forward hook on the gate (no hook dispatch per layer and step) and reads the same tensor.
 Per request they are laid out ``[tokens-1, moe_layers, top_k]``
 (every position the model ran a forward pass for: the prompt, then each generated token but the last),
-the same layout as vLLM's routed experts.
+the same layout as vLLM's routed experts. Requests run concurrently on one model (up to ``workers`` at a
+time): each thread's request keeps its own routing and cache counts (``expert_cache.RequestUse``).
 """
 
 from __future__ import annotations
@@ -21,18 +22,35 @@ from typing import Any, Protocol
 
 import torch
 
-from .checkpoint import chat_prompt, read_manifest, verify_weights
-from .expert_cache import CachedExperts, CacheStats, ExpertCache
+from .checkpoint import MANIFEST, chat_prompt, read_manifest, verify_weights
+from .decoding import Sampler, StepWatch, tokens_for_text
+from .expert_cache import CachedExperts, ExpertCache, RequestUse
+
+
+@dataclass(frozen=True)
+class SamplingParams:
+    """How one choice is decoded. ``temperature`` 0 (or ``top_p`` 0) is greedy; the text stops before
+    the first of ``stop``."""
+
+    max_tokens: int
+    temperature: float = 1.0
+    top_p: float = 1.0
+    seed: int | None = None
+    stop: tuple[str, ...] = ()
+
+    @property
+    def greedy(self) -> bool:
+        return self.temperature == 0 or self.top_p == 0
 
 
 @dataclass(frozen=True)
 class Generation:
     """What one request used, as measured."""
 
-    text: str
+    text: str  # what is delivered: up to a stop sequence, never past it
     tokens_in: int
-    tokens_out: int
-    finish_reason: str  # "stop" or "length"
+    tokens_out: int  # the tokens of the delivered text (a stop sequence's are not counted)
+    finish_reason: str  # "stop" or "length"; "cancelled" when the client went away
     routed: torch.Tensor  # [tokens-1, moe_layers, top_k] expert ids
     l2_us: int  # preheat and expert loads
     l3_us: int  # forward passes, expert loads excluded
@@ -47,6 +65,9 @@ class RoutingCaptureInvalid(RuntimeError):
 
 class Engine(Protocol):
     model_id: str
+    served_names: tuple[str, ...]  # the model id first, then the checkpoint's aliases
+    created: int  # Unix seconds: when the checkpoint was made
+    max_model_len: int  # prompt and output tokens together
     weights_sha3: str
     moe_layers: int
     num_experts: int
@@ -59,11 +80,15 @@ class Engine(Protocol):
     def generate(
         self,
         prompt: str,
-        max_tokens: int,
+        sampling: SamplingParams,
         *,
         use_l2: bool = True,
         on_text: Callable[[str], None] | None = None,
-    ) -> Generation: ...
+        cancelled: threading.Event | None = None,
+    ) -> Generation:
+        """One choice; ``on_text`` gets the delivered text piece by piece, ``cancelled`` ends generation
+        after the step during which it is set (``finish_reason`` "cancelled")."""
+        ...
 
 
 class PromptLayout:
@@ -87,12 +112,17 @@ class CheckpointIdentity:
     manifest: dict[str, Any]
     model_id: str
     weights_sha3: str
+    served_names: tuple[str, ...]  # the model id, then the manifest's ``aliases``
+    created: int  # the manifest's ``created``, else its file's modification time
 
     @classmethod
     def load(cls, directory: Path) -> CheckpointIdentity:
         manifest = read_manifest(directory)
         weights_sha3 = verify_weights(directory, manifest)
-        return cls(manifest, str(manifest["model_id"]), weights_sha3)
+        model_id = str(manifest["model_id"])
+        aliases = tuple(str(a) for a in manifest.get("aliases", ()) if a != model_id)
+        created = int(manifest.get("created") or (directory / MANIFEST).stat().st_mtime)
+        return cls(manifest, model_id, weights_sha3, (model_id, *aliases), created)
 
 
 def expert_counts(routed: torch.Tensor, num_experts: int) -> list[dict[str, int]]:
@@ -107,7 +137,7 @@ def expert_counts(routed: torch.Tensor, num_experts: int) -> list[dict[str, int]
 
 
 class TorchEngine(PromptLayout):
-    """A Qwen3-MoE checkpoint from a local directory, one request at a time (a lock serialises them)."""
+    """A Qwen3-MoE checkpoint from a local directory; up to ``workers`` requests run at once on it."""
 
     def __init__(
         self,
@@ -117,6 +147,7 @@ class TorchEngine(PromptLayout):
         preheat: int | None = None,
         capture: bool = True,
         threads: int | None = None,
+        workers: int = 4,
         on_integrity_error: Any = None,
     ) -> None:
         from transformers import AutoTokenizer, Qwen3MoeForCausalLM
@@ -128,9 +159,11 @@ class TorchEngine(PromptLayout):
         checkpoint = CheckpointIdentity.load(directory)
         manifest = checkpoint.manifest
         self.weights_sha3, self.model_id = checkpoint.weights_sha3, checkpoint.model_id
+        self.served_names, self.created = checkpoint.served_names, checkpoint.created
         self.tokenizer = AutoTokenizer.from_pretrained(directory, local_files_only=True)
         self.model = Qwen3MoeForCausalLM.from_pretrained(directory, local_files_only=True).eval()
         config = self.model.config
+        self.max_model_len: int = config.max_position_embeddings
         self.moe_layers = config.num_hidden_layers
         self.num_experts = config.num_experts
         self.top_k = config.num_experts_per_tok
@@ -143,90 +176,93 @@ class TorchEngine(PromptLayout):
             on_integrity_error=on_integrity_error,
         )
         self.preheat = capacity // 2 if preheat is None else preheat
-        self.blocks: list[CachedExperts] = []
+        self.active = threading.local()  # .use: the RequestUse of the request this thread runs
         for index, layer in enumerate(self.model.model.layers):
-            block = CachedExperts(layer.mlp.experts, index, self.cache)
-            layer.mlp.experts = block
-            self.blocks.append(block)
-        self._captured: list[list[torch.Tensor]] = [[] for _ in range(self.moe_layers)]
+            layer.mlp.experts = CachedExperts(layer.mlp.experts, index, self.cache, self.active)
         self.capture = capture
-        if capture:
-            for block, captured in zip(self.blocks, self._captured, strict=True):
-                block.captured = captured
-        self.lock = threading.Lock()
+        self.workers = threading.BoundedSemaphore(workers)
 
     def generate(
         self,
         prompt: str,
-        max_tokens: int,
+        sampling: SamplingParams,
         *,
         use_l2: bool = True,
         on_text: Callable[[str], None] | None = None,
+        cancelled: threading.Event | None = None,
     ) -> Generation:
-        """Greedy generation; ``on_text`` receives the decoded text piece by piece as it is produced."""
-        with self.lock, torch.inference_mode():
-            return self._generate(prompt, max_tokens, use_l2, on_text)
+        """One choice, decoded with ``sampling``; see ``Engine.generate``."""
+        with self.workers, torch.inference_mode():
+            use = RequestUse([[] for _ in range(self.moe_layers)] if self.capture else None, not use_l2)
+            self.active.use = use
+            try:
+                return self._generate(prompt, sampling, use, on_text, cancelled)
+            finally:
+                del self.active.use
 
     def _generate(
-        self, prompt: str, max_tokens: int, use_l2: bool, on_text: Callable[[str], None] | None
+        self,
+        prompt: str,
+        sampling: SamplingParams,
+        use: RequestUse,
+        on_text: Callable[[str], None] | None,
+        cancelled: threading.Event | None,
     ) -> Generation:
+        from transformers import LogitsProcessorList, StoppingCriteriaList
+
         input_ids = self.tokenizer(prompt, return_tensors="pt")["input_ids"]
-        for captured in self._captured:
-            captured.clear()
-        for block in self.blocks:
-            block.bypass = not use_l2
-        before = self.cache.stats.copy()
+        tokens_in = int(input_ids.shape[1])
         l2_started = time.perf_counter_ns()
-        if use_l2:
-            self.cache.preheat(self.preheat)
-        preheat_ns = time.perf_counter_ns() - l2_started
-        load_before = self.cache.stats.load_ns
+        if use_l2 := not use.bypass:
+            self.cache.preheat(self.preheat, use.stats)
+        preheat_ns = time.perf_counter_ns() - l2_started if use_l2 else 0
+        load_before = use.stats.load_ns
+        watch = StepWatch(self._decode, tokens_in, sampling.stop, on_text, cancelled)
+        sampler = [] if sampling.greedy else [Sampler(sampling.temperature, sampling.top_p, sampling.seed)]
         started = time.perf_counter_ns()
         output = self.model.generate(
             input_ids,
             attention_mask=torch.ones_like(input_ids),
-            max_new_tokens=max_tokens,
+            max_new_tokens=sampling.max_tokens,
             do_sample=False,
             pad_token_id=self.tokenizer.pad_token_id,
-            streamer=None if on_text is None else _TextCallback(self.tokenizer, on_text),
+            logits_processor=LogitsProcessorList(sampler),
+            stopping_criteria=StoppingCriteriaList([watch]),
         )
         forward_ns = time.perf_counter_ns() - started
-        load_ns = self.cache.stats.load_ns - load_before
-        new_ids = output[0, input_ids.shape[1] :]
-        eos = self.tokenizer.eos_token_id
-        finish = "stop" if len(new_ids) and int(new_ids[-1]) == eos else "length"
-        text = str(self.tokenizer.decode(new_ids, skip_special_tokens=True))
-        if self.capture:
-            routed = torch.stack([torch.cat(c) for c in self._captured], dim=1)
-            self.cache.observe(
-                Counter(
-                    {(e["layer"], e["expert"]): e["tokens"] for e in expert_counts(routed, self.num_experts)}
-                )
-            )
+        load_ns = use.stats.load_ns - load_before
+        new_ids = output[0, tokens_in:].tolist()
+        if watch.stop_at is not None:
+            text = watch.decode(new_ids)[: watch.stop_at]
+            tokens_out, finish = tokens_for_text(self._decode, new_ids, watch.stop_at), "stop"
         else:
-            routed = torch.empty((0, self.moe_layers, self.top_k), dtype=torch.long)
-        after = self.cache.stats
-        stats = CacheStats(after.hits - before.hits, after.misses - before.misses)
+            text, tokens_out = self._decode(new_ids), len(new_ids)
+            finish = "stop" if new_ids and new_ids[-1] == self.tokenizer.eos_token_id else "length"
+        if watch.was_cancelled and finish != "stop":
+            finish = "cancelled"
+        watch.send(text)
+        routed = self._routed(use, tokens_in + tokens_out - 1)
         return Generation(
             text=text,
-            tokens_in=int(input_ids.shape[1]),
-            tokens_out=len(new_ids),
+            tokens_in=tokens_in,
+            tokens_out=tokens_out,
             finish_reason=finish,
             routed=routed,
             l2_us=(preheat_ns + load_ns) // 1000,
             l3_us=(forward_ns - load_ns) // 1000,
-            expert_cache_hits=stats.hits,
-            expert_cache_misses=stats.misses,
+            expert_cache_hits=use.stats.hits,
+            expert_cache_misses=use.stats.misses,
         )
 
+    def _decode(self, token_ids: list[int]) -> str:
+        return str(self.tokenizer.decode(token_ids, skip_special_tokens=True))
 
-def _TextCallback(tokenizer: Any, on_text: Callable[[str], None]) -> Any:
-    """transformers' TextStreamer, handing each finalised piece of text to ``on_text``."""
-    from transformers import TextStreamer
-
-    class Streamer(TextStreamer):
-        def on_finalized_text(self, text: str, stream_end: bool = False) -> None:
-            if text:
-                on_text(text)
-
-    return Streamer(tokenizer, skip_prompt=True, skip_special_tokens=True)
+    def _routed(self, use: RequestUse, rows: int) -> torch.Tensor:
+        """The request's routing, ``rows`` positions (the forward passes of the tokens it is billed)."""
+        if use.captured is None:
+            return torch.empty((0, self.moe_layers, self.top_k), dtype=torch.long)
+        routed = torch.stack([torch.cat(c) for c in use.captured], dim=1)[:rows]
+        self.cache.observe(
+            Counter({(e["layer"], e["expert"]): e["tokens"] for e in expert_counts(routed, self.num_experts)})
+        )
+        return routed

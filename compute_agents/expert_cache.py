@@ -9,10 +9,11 @@ only once go first). A preheat step loads the experts that recent routing predic
 from __future__ import annotations
 
 import hashlib
+import threading
 import time
 from collections import Counter, deque
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -43,6 +44,16 @@ class CacheStats:
 Weights = tuple[torch.Tensor, torch.Tensor]
 
 
+@dataclass
+class RequestUse:
+    """One request's use of the experts while it runs (requests run concurrently on one model): the
+    router's top-k ids per MoE layer when metering, whether its path skips L2, its own cache counts."""
+
+    captured: list[list[torch.Tensor]] | None
+    bypass: bool = False
+    stats: CacheStats = field(default_factory=CacheStats)
+
+
 class ExpertCache:
     def __init__(
         self,
@@ -65,19 +76,23 @@ class ExpertCache:
         self.stats = CacheStats()
         self.recent: deque[Counter[tuple[int, int]]] = deque(maxlen=history)
         self.on_integrity_error = on_integrity_error
+        self.lock = threading.Lock()  # concurrent requests share the cache
 
-    def get(self, layer: int, expert: int) -> Weights:
-        """The expert's weights, loading (and maybe evicting) on a miss."""
-        self.clock += 1
-        self.uses.setdefault((layer, expert), deque(maxlen=LRU_K)).append(self.clock)
-        weights = self.resident[layer].get(expert)
-        if weights is not None:
-            self.stats.hits += 1
-            return weights
-        self.stats.misses += 1
-        return self._load(layer, expert)
+    def get(self, layer: int, expert: int, request: CacheStats | None = None) -> Weights:
+        """The expert's weights, loading (and maybe evicting) on a miss; counted in the cache's totals and
+        in ``request``'s."""
+        with self.lock:
+            self.clock += 1
+            self.uses.setdefault((layer, expert), deque(maxlen=LRU_K)).append(self.clock)
+            weights = self.resident[layer].get(expert)
+            hit = weights is not None
+            for stats in (self.stats, request):
+                if stats is not None:
+                    stats.hits += hit
+                    stats.misses += not hit
+            return weights if weights is not None else self._load(layer, expert, request)
 
-    def _load(self, layer: int, expert: int) -> Weights:
+    def _load(self, layer: int, expert: int, request: CacheStats | None) -> Weights:
         started = time.perf_counter_ns()
         path = expert_file(self.directory, layer, expert)
         data = path.read_bytes()
@@ -95,7 +110,10 @@ class ExpertCache:
         if len(resident) >= self.capacity:
             del resident[self._victim(layer)]
         resident[expert] = weights
-        self.stats.load_ns += time.perf_counter_ns() - started
+        elapsed = time.perf_counter_ns() - started
+        self.stats.load_ns += elapsed
+        if request is not None:
+            request.load_ns += elapsed
         return weights
 
     def _victim(self, layer: int) -> int:
@@ -110,7 +128,8 @@ class ExpertCache:
 
     def observe(self, counts: Counter[tuple[int, int]]) -> None:
         """Remember one request's routing (layer, expert) → activations, for preheating."""
-        self.recent.append(counts)
+        with self.lock:
+            self.recent.append(counts)
 
     def predicted(self, per_layer: int) -> list[tuple[int, int]]:
         """The experts recent requests used most, at most ``per_layer`` per layer."""
@@ -125,46 +144,52 @@ class ExpertCache:
                 taken[layer] += 1
         return chosen
 
-    def preheat(self, per_layer: int) -> int:
+    def preheat(self, per_layer: int, request: CacheStats | None = None) -> int:
         """Load the predicted experts that are not resident; returns how many were loaded."""
         loaded = 0
-        for layer, expert in self.predicted(min(per_layer, self.capacity)):
-            if expert not in self.resident[layer]:
-                self._load(layer, expert)
-                loaded += 1
-        self.stats.preheat_loads += loaded
+        with self.lock:
+            for layer, expert in self.predicted(min(per_layer, self.capacity)):
+                if expert not in self.resident[layer]:
+                    self._load(layer, expert, request)
+                    loaded += 1
+            self.stats.preheat_loads += loaded
         return loaded
+
+
+OUTSIDE_REQUESTS = RequestUse(captured=None, bypass=True)
 
 
 class CachedExperts(nn.Module):
     """Drop-in for transformers' Qwen3MoeExperts: the same computation, weights from the L2 cache.
 
-    With ``bypass`` set (a policy path that skips L2) it uses the full resident weights instead.
+    Which request is running is thread-local (``active.use``, a ``RequestUse``): its path may skip L2
+    (then the full resident weights are used), and its router ids are kept when metering. A forward pass
+    outside any request (a check's own) uses the full weights and keeps nothing.
     """
 
-    def __init__(self, original: Any, layer: int, cache: ExpertCache) -> None:
+    def __init__(self, original: Any, layer: int, cache: ExpertCache, active: threading.local) -> None:
         super().__init__()
         self.layer = layer
         self.cache = cache
+        self.active = active
         self.num_experts: int = original.num_experts
         self.act_fn = original.act_fn
         self.full_gate_up = original.gate_up_proj.detach()
         self.full_down = original.down_proj.detach()
-        self.bypass = False
-        self.captured: list[torch.Tensor] | None = None  # the router's top-k ids per call, when metering
 
     def forward(
         self, hidden_states: torch.Tensor, top_k_index: torch.Tensor, top_k_weights: torch.Tensor
     ) -> torch.Tensor:
-        if self.captured is not None:
-            self.captured.append(top_k_index)
+        use: RequestUse = getattr(self.active, "use", OUTSIDE_REQUESTS)
+        if use.captured is not None:
+            use.captured[self.layer].append(top_k_index)
         final = torch.zeros_like(hidden_states)
         mask = torch.nn.functional.one_hot(top_k_index, num_classes=self.num_experts).permute(2, 1, 0)
         for expert in mask.sum(dim=(-1, -2)).nonzero().flatten().tolist():
-            if self.bypass:
+            if use.bypass:
                 gate_up, down = self.full_gate_up[expert], self.full_down[expert]
             else:
-                gate_up, down = self.cache.get(self.layer, expert)
+                gate_up, down = self.cache.get(self.layer, expert, use.stats)
             top_k_pos, token_idx = torch.where(mask[expert])
             gate, up = nn.functional.linear(hidden_states[token_idx], gate_up).chunk(2, dim=-1)
             out = nn.functional.linear(self.act_fn(gate) * up, down)

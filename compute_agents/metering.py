@@ -4,10 +4,13 @@ cache counts, tokens), committed to the spool with its quota charge, and counted
 from __future__ import annotations
 
 import time
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from treemeter_records import make_record
+import torch
+
+from treemeter_records import make_record, new_record_id
 
 from .engine import Engine, Generation, expert_counts
 from .entitlements import Entitlement, EntitlementStore, Reservation
@@ -22,6 +25,7 @@ class Trip:
 
     route: str
     client_request_id: str
+    record_id: str = field(default_factory=new_record_id)  # its record's id, also the x-request-id
     start_ns: int = field(default_factory=time.time_ns)
     mark: int = field(default_factory=time.perf_counter_ns)
     l1_in_us: int = 0
@@ -61,29 +65,31 @@ class Meter:
         self,
         trip: Trip,
         entitlement: Entitlement,
-        generation: Generation | None,
+        choices: Sequence[Generation],
         status: str,
         path: tuple[str, ...],
         *,
         tokens_in: int = 0,
         reservation: Reservation | None = None,
     ) -> dict[str, Any]:
-        """Build, spool and count the record; ``reservation``'s key is charged the tokens used."""
+        """Build, spool and count the record of a request's ``choices`` (none when nothing was
+        generated); ``reservation``'s key is charged the tokens used. The prompt counts once, as in
+        OpenAI's usage, and the experts of every choice (each ran its own forward passes)."""
         l1_in = trip.l1_in_us or (time.perf_counter_ns() - trip.mark) // 1000
         experts: list[dict[str, int]] = []
-        hits = misses = 0
-        if generation is not None:
-            experts = expert_counts(generation.routed, self.engine.num_experts)
-            hits, misses = generation.expert_cache_hits, generation.expert_cache_misses
-            tokens_in = generation.tokens_in
-        tokens_out = generation.tokens_out if generation is not None else 0
-        hop_latency = {
-            "L2": generation.l2_us if generation else 0,
-            "L3": generation.l3_us if generation else 0,
-        }
+        tokens_out = hits = misses = cached = l2 = l3 = 0
+        if choices:
+            routed = torch.cat([choice.routed for choice in choices])
+            experts = expert_counts(routed, self.engine.num_experts)
+            tokens_in, cached = choices[0].tokens_in, choices[0].prefix_cache_hit_tokens
+            for choice in choices:
+                tokens_out += choice.tokens_out
+                hits, misses = hits + choice.expert_cache_hits, misses + choice.expert_cache_misses
+                l2, l3 = l2 + choice.l2_us, l3 + choice.l3_us
+        hop_latency = {"L2": l2, "L3": l3}
         nodes = {"L1": self.l1_node, "L2": self.identity.cache_node, "L3": self.identity.node}
         end_ns = time.time_ns()
-        l1_out = max(0, (end_ns - trip.start_ns) // 1000 - l1_in - hop_latency["L2"] - hop_latency["L3"])
+        l1_out = max(0, (end_ns - trip.start_ns) // 1000 - l1_in - l2 - l3)
         hops = []
         for index, layer in enumerate(path):
             latency = (l1_in if index == 0 else l1_out) if layer == "L1" else hop_latency[layer]
@@ -98,6 +104,7 @@ class Meter:
             return make_record(
                 agent_id=self.identity.agent_id,
                 seq=seq,
+                record_id=trip.record_id,
                 tenant=entitlement.tenant,
                 contract=entitlement.contract,
                 package=entitlement.package,
@@ -112,7 +119,7 @@ class Meter:
                 tokens_out=tokens_out,
                 hops=hops,
                 experts=experts,
-                prefix_cache_hit_tokens=generation.prefix_cache_hit_tokens if generation else 0,
+                prefix_cache_hit_tokens=cached,
                 expert_cache_hits=hits,
                 expert_cache_misses=misses,
                 status=status,
@@ -122,13 +129,13 @@ class Meter:
             record = self.spool.append(build, charge)
         except SpoolFull as full:
             raise ApiError(503, "server_error", "spool_full", str(full)) from None
-        self._observe(trip, record, generation)
+        self._observe(trip, record, bool(choices))
         return record
 
-    def _observe(self, trip: Trip, record: dict[str, Any], generation: Generation | None) -> None:
+    def _observe(self, trip: Trip, record: dict[str, Any], generated: bool) -> None:
         m = self.metrics
         m.requests.labels(trip.route, record["status"]).inc()
-        if generation is None:
+        if not generated:
             return
         m.tokens.labels("in").inc(record["tokens_in"])
         m.tokens.labels("out").inc(record["tokens_out"])

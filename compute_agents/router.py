@@ -88,9 +88,10 @@ class Rules:
                 value = params[rule.param]
                 if not isinstance(value, str) or not rule.pattern.search(value):
                     raise RequestRefused(rule.param, f"'{rule.param}' does not satisfy the agent's rules.")
-        max_tokens = params.get("max_tokens")
-        if max_tokens is not None and max_tokens > self.max_tokens:
-            raise RequestRefused("max_tokens", f"max_tokens may be at most {self.max_tokens}.")
+        for name in ("max_tokens", "max_completion_tokens"):  # the format's checks made them ints
+            limit = params.get(name)
+            if limit is not None and limit > self.max_tokens:
+                raise RequestRefused(name, f"{name} may be at most {self.max_tokens}.")
 
     def path_for(self, package: str, sla_class: str) -> tuple[str, ...]:
         for row in self.policy:

@@ -35,6 +35,7 @@ class AgentSettings:
     batch_age_s: float = 1.0
     spool_max_records: int = 100_000
     threads: int | None = None
+    workers: int = 4  # torch engine: requests served at once on the one model
     engine: str = "torch"  # or "vllm" (the optional extra)
     vllm_capture: str = "auto"  # vLLM routing capture: "native" (GPU, vLLM >= 0.14), "hook" or "auto"
     # Quota leases from the platform: required when several agents serve one key. Off, the agent
@@ -105,6 +106,7 @@ def build_agent(settings: AgentSettings, seed: bytes) -> Agent:
             cache_capacity=settings.cache_capacity,
             preheat=settings.preheat,
             threads=settings.threads,
+            workers=settings.workers,
         )
     leases = (
         LeasedQuotaBook(

@@ -7,16 +7,18 @@ the metrics) and ``wire`` (the OpenAI shapes).
 
 Which requests leave a record (see docs/agent.md): every request whose key resolves to an active
 entitlement. Served requests are ``ok``; requests refused after authentication (bad body, a rules
-violation, quota) are ``rejected`` with zero tokens and no experts; engine failures are ``error`` with
-the prompt tokens and no output. Only ``ok`` records are billed. Unknown and revoked keys leave no
+violation, an unknown model, a prompt over the context, quota) are ``rejected`` with zero tokens and no
+experts; engine failures are ``error`` with the prompt tokens and no output; a request whose client went
+away is ``cancelled``, with what was produced until then (generation stops within one decoding step).
+Only ``ok`` records are billed. Unknown and revoked keys leave no
 record: there is no tenant to attribute them to, and no work is done.
 """
 
 from __future__ import annotations
 
-import queue
 import threading
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
+from dataclasses import replace
 from typing import Any
 
 import structlog
@@ -35,6 +37,9 @@ from .wire import ApiError, new_client_request_id
 __all__ = ["AgentIdentity", "AgentService", "ApiError", "Trip", "new_client_request_id"]
 
 log = structlog.get_logger("compute_agents.service")
+
+Emit = Callable[[bytes | None], None]  # a stream's next server-sent event; None: the stream is over
+TextSink = Callable[[int], Callable[[str], None]]  # choice index → where its text goes, as it comes
 
 
 class AgentService:
@@ -61,57 +66,71 @@ class AgentService:
     def authenticate(self, authorization: str | None) -> Entitlement:
         return self.admission.authenticate(authorization)
 
-    def complete(self, trip: Trip, entitlement: Entitlement, body: Any) -> dict[str, Any]:
+    def complete(
+        self, trip: Trip, entitlement: Entitlement, body: Any, cancelled: threading.Event | None = None
+    ) -> dict[str, Any]:
         """Serve an authenticated request; every outcome leaves a record (see the module docstring)."""
         admitted = self._admit(trip, entitlement, body)
-        generation, record = self._run(trip, entitlement, admitted)
-        return wire.answer(trip.route, trip.start_ns // 1_000_000_000, body["model"], generation, record)
+        choices, record = self._run(trip, entitlement, admitted, cancelled)
+        texts = [(choice.text, choice.finish_reason) for choice in choices]
+        return wire.answer(trip.route, trip.start_ns // 1_000_000_000, self.engine.model_id, texts, record)
 
-    def stream(self, trip: Trip, entitlement: Entitlement, body: Any) -> Iterator[bytes]:
-        """Admit the request now (errors raise before any byte is sent), then stream server-sent events.
-
-        Text chunks go out as the engine produces them; the record is committed before the last chunk
-        (finish reason and usage) and ``[DONE]``. A client that leaves early does not stop the metering.
-        """
+    def stream(
+        self, trip: Trip, entitlement: Entitlement, body: Any, emit: Emit, cancelled: threading.Event
+    ) -> None:
+        """Admit the request now (errors raise before any byte is sent), then generate in a thread that
+        hands each server-sent event to ``emit``: a chat's choice starts with the assistant role, text
+        chunks follow as the engine decodes; the record is committed before the finish chunks (the last
+        carries the record's reference), the usage chunk if asked for, and ``[DONE]``."""
         admitted = self._admit(trip, entitlement, body)
-        texts: queue.Queue[str | None] = queue.Queue()
-        outcome: dict[str, Any] = {}
-
-        def work() -> None:
-            try:
-                outcome["result"] = self._run(trip, entitlement, admitted, on_text=texts.put)
-            except ApiError as error:
-                outcome["error"] = error
-            finally:
-                texts.put(None)
-
         # Started now, not on first read: the work and its record happen even if nobody reads.
-        threading.Thread(target=work, name="generate", daemon=True).start()
-        return self._events(trip, body, texts, outcome)
+        threading.Thread(
+            target=self._stream,
+            args=(trip, entitlement, admitted, emit, cancelled),
+            name="generate",
+            daemon=True,
+        ).start()
 
-    def _events(
-        self, trip: Trip, body: Any, texts: queue.Queue[str | None], outcome: dict[str, Any]
-    ) -> Iterator[bytes]:
-        stream_id = wire.new_stream_id(trip.route)
-        created, model = trip.start_ns // 1_000_000_000, body["model"]
-        while (text := texts.get()) is not None:
-            yield wire.sse(wire.chunk(stream_id, trip.route, created, model, text, None))
-        if "error" in outcome:
-            yield wire.sse(outcome["error"].body())
-            return
-        generation, record = outcome["result"]
-        last = wire.chunk(stream_id, trip.route, created, model, "", generation.finish_reason)
-        last["usage"] = wire.usage(generation)
-        last["treemeter"] = wire.treemeter_ref(record)
-        yield wire.sse(last)
-        yield wire.SSE_DONE
+    def _stream(
+        self, trip: Trip, entitlement: Entitlement, admitted: Admitted, emit: Emit, cancelled: threading.Event
+    ) -> None:
+        request = admitted.request
+        chunks = wire.Chunks(
+            trip.route,
+            trip.record_id,
+            trip.start_ns // 1_000_000_000,
+            self.engine.model_id,
+            request.include_usage,
+        )
+
+        def sink(index: int) -> Callable[[str], None]:
+            if chunks.chat:
+                emit(wire.sse(chunks.choice(index, None, None, role=True)))
+            return lambda text: emit(wire.sse(chunks.choice(index, text, None)))
+
+        try:
+            try:
+                choices, record = self._run(trip, entitlement, admitted, cancelled, sink)
+            except ApiError as error:
+                emit(wire.sse(error.body()))
+                return
+            for index, choice in enumerate(choices):
+                finish = chunks.choice(index, None, choice.finish_reason)
+                if index == len(choices) - 1:
+                    finish["treemeter"] = wire.treemeter_ref(record)
+                emit(wire.sse(finish))
+            if request.include_usage:
+                emit(wire.sse(chunks.usage(record)))
+            emit(wire.SSE_DONE)
+        finally:
+            emit(None)
 
     def _admit(self, trip: Trip, entitlement: Entitlement, body: Any) -> Admitted:
         """L1; a refusal leaves a `rejected` record."""
         try:
             admitted = self.admission.admit(trip.route, entitlement, body, trip.start_ns)
         except ApiError as refused:
-            self.meter.record(trip, entitlement, None, "rejected", ("L1",))
+            self.meter.record(trip, entitlement, (), "rejected", ("L1",))
             raise refused from None
         trip.admitted()
         return admitted
@@ -121,27 +140,50 @@ class AgentService:
         trip: Trip,
         entitlement: Entitlement,
         admitted: Admitted,
-        on_text: Callable[[str], None] | None = None,
-    ) -> tuple[Generation, dict[str, Any]]:
-        """L2/L3 on the engine, then the record; the quota reservation is released either way."""
-        path = admitted.path
+        cancelled: threading.Event | None,
+        sink: TextSink | None = None,
+    ) -> tuple[list[Generation], dict[str, Any]]:
+        """L2/L3 on the engine for each of the request's ``n`` choices (the seed advanced by one per
+        choice), then the record; the quota reservation is released either way."""
+        path, request = admitted.path, admitted.request
+        choices: list[Generation] = []
         spent = 0
         try:
             try:
-                generation = self.engine.generate(
-                    admitted.prompt, admitted.max_tokens, use_l2="L2" in path, on_text=on_text
-                )
+                for index in range(request.n):
+                    if cancelled is not None and cancelled.is_set():
+                        break
+                    seed = request.sampling.seed
+                    sampling = (
+                        request.sampling if seed is None else replace(request.sampling, seed=seed + index)
+                    )
+                    choices.append(
+                        self.engine.generate(
+                            admitted.prompt,
+                            sampling,
+                            use_l2="L2" in path,
+                            on_text=None if sink is None else sink(index),
+                            cancelled=cancelled,
+                        )
+                    )
             except Exception as error:
                 failure = self._engine_failure(error)
-                self.meter.record(trip, entitlement, None, "error", path, tokens_in=admitted.tokens_in)
+                self.meter.record(trip, entitlement, (), "error", path, tokens_in=admitted.tokens_in)
                 raise failure from None
+            status = "cancelled" if cancelled is not None and cancelled.is_set() else "ok"
             record = self.meter.record(
-                trip, entitlement, generation, "ok", path, reservation=admitted.reservation
+                trip,
+                entitlement,
+                choices,
+                status,
+                path,
+                tokens_in=admitted.tokens_in,
+                reservation=admitted.reservation,
             )
-            spent = generation.tokens_in + generation.tokens_out
+            spent = record["tokens_in"] + record["tokens_out"]
         finally:
             self.quota.release(admitted.reservation, spent)
-        return generation, record
+        return choices, record
 
     def _engine_failure(self, error: Exception) -> ApiError:
         """What the client is told (and the logs and metrics say) when the engine failed a request."""

@@ -13,14 +13,21 @@ Two ways to capture which experts each request's tokens were routed to (``captur
 
 The prefix cache is vLLM's own; ``num_cached_tokens`` becomes the record's prefix-cache hits, and both
 ways keep the rows computed for the request: ``[tokens - 1 - cached, moe_layers, top_k]``.
+
+Requests are batched continuously: ``generate`` adds its request to vLLM's engine and waits for its
+outputs; one thread steps the engine for every request in flight (vLLM schedules them together) and
+hands each its outputs as they come, so text streams, and a cancelled request is aborted before the
+next step. Stop sequences, sampling (temperature, top-p, seed) are vLLM's own.
 """
 
 from __future__ import annotations
 
 import os
+import queue
 import re
 import threading
 import time
+import uuid
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -29,7 +36,8 @@ import numpy as np
 import structlog
 import torch
 
-from .engine import CheckpointIdentity, Generation, PromptLayout, RoutingCaptureInvalid
+from .decoding import tokens_for_text
+from .engine import CheckpointIdentity, Generation, PromptLayout, RoutingCaptureInvalid, SamplingParams
 
 log = structlog.get_logger("compute_agents.vllm_engine")
 
@@ -104,6 +112,8 @@ class VllmEngine(PromptLayout):
         self.on_invalid_capture = on_invalid_capture
         checkpoint = CheckpointIdentity.load(directory)
         self.weights_sha3, self.model_id = checkpoint.weights_sha3, checkpoint.model_id
+        self.served_names, self.created = checkpoint.served_names, checkpoint.created
+        self.max_model_len = max_model_len
         native: dict[str, Any] = {"enable_return_routed_experts": True} if self.capture == "native" else {}
         self.llm = LLM(
             model=str(directory),
@@ -119,10 +129,13 @@ class VllmEngine(PromptLayout):
         self.num_experts: int = config.num_experts
         self.top_k: int = config.num_experts_per_tok
         self.tokenizer = self.llm.get_tokenizer()
-        self._rows: dict[str, list[list[torch.Tensor]]] = {}
+        self._rows: dict[str, list[list[torch.Tensor]]] = {}  # by vLLM's internal request id
         if self.capture == "hook":
             self._attach_capture()
-        self.lock = threading.Lock()
+        self._engine = self.llm.llm_engine
+        self._work = threading.Condition()  # guards the engine (not thread-safe) and _waiting
+        self._waiting: dict[str, queue.Queue[Any]] = {}
+        threading.Thread(target=self._step_loop, name="vllm-steps", daemon=True).start()
         log.info("vllm_engine_started", version=vllm.__version__, capture=self.capture)
 
     def _attach_capture(self) -> None:
@@ -148,44 +161,113 @@ class VllmEngine(PromptLayout):
         for index, module in enumerate(moe):
             module.router.set_capture_fn(capture(index))
 
+    def _step_loop(self) -> None:
+        """Step the engine while any request is in flight; each output goes to its request's queue."""
+        while True:
+            with self._work:
+                while not self._engine.has_unfinished_requests():
+                    self._work.wait()
+                outputs = self._engine.step()
+                for output in outputs:
+                    waiting = self._waiting.get(output.request_id)
+                    if waiting is not None:
+                        waiting.put(output)
+
     def generate(
         self,
         prompt: str,
-        max_tokens: int,
+        sampling: SamplingParams,
         *,
         use_l2: bool = True,
         on_text: Callable[[str], None] | None = None,
+        cancelled: threading.Event | None = None,
     ) -> Generation:
-        """``on_text`` gets the whole text at the end: the offline ``LLM`` class does not stream."""
-        from vllm import SamplingParams
+        """One choice, batched with the requests in flight; see ``Engine.generate``."""
+        from vllm import SamplingParams as VllmSampling
 
-        with self.lock:
-            self._rows.clear()
-            started = time.perf_counter_ns()
-            (output,) = self.llm.generate(
-                [prompt], SamplingParams(max_tokens=max_tokens, temperature=0.0), use_tqdm=False
-            )
-            elapsed = time.perf_counter_ns() - started
-            hooked = None
-            if self.capture == "hook":
-                (rows,) = self._rows.values()
-                hooked = torch.stack([torch.cat(layer) for layer in rows], dim=1).long()
+        params = VllmSampling(
+            max_tokens=sampling.max_tokens,
+            temperature=0.0 if sampling.greedy else sampling.temperature,
+            top_p=1.0 if sampling.greedy else sampling.top_p,
+            seed=sampling.seed,
+            stop=list(sampling.stop) or None,
+        )
+        request_id, outputs = uuid.uuid4().hex, queue.Queue[Any]()
+        started = time.perf_counter_ns()
+        with self._work:
+            self._waiting[request_id] = outputs
+            internal_id = self._engine.add_request(request_id, prompt, params)
+            self._work.notify()
+        try:
+            output, was_cancelled = self._follow(request_id, outputs, on_text, cancelled)
+        finally:
+            with self._work:
+                del self._waiting[request_id]
+                rows = self._rows.pop(internal_id, None)
+        elapsed = time.perf_counter_ns() - started
+        return self._generation(output, rows, was_cancelled, elapsed)
+
+    def _follow(
+        self,
+        request_id: str,
+        outputs: queue.Queue[Any],
+        on_text: Callable[[str], None] | None,
+        cancelled: threading.Event | None,
+    ) -> tuple[Any, bool]:
+        """The request's outputs until it finishes, or is aborted once ``cancelled`` is set (after its
+        first step, which measures the prompt); the text's new part goes to ``on_text`` each time (vLLM
+        holds back a possible start of a stop sequence)."""
+        output, sent = None, 0
+        while output is None or not output.finished:
+            if output is not None and cancelled is not None and cancelled.is_set():
+                with self._work:
+                    self._engine.abort_request([request_id])
+                return output, True
+            try:
+                output = outputs.get(timeout=0.01)
+            except queue.Empty:
+                continue
+            text = output.outputs[0].text
+            if on_text is not None and len(text) > sent:
+                on_text(text[sent:])
+                sent = len(text)
+        return output, False
+
+    def _generation(
+        self, output: Any, rows: list[list[torch.Tensor]] | None, was_cancelled: bool, elapsed_ns: int
+    ) -> Generation:
         completion = output.outputs[0]
-        tokens_in, tokens_out = len(output.prompt_token_ids or []), len(completion.token_ids)
+        token_ids = list(completion.token_ids)
+        tokens_in = len(output.prompt_token_ids or [])
         cached = int(output.num_cached_tokens or 0)
-        routed = hooked if hooked is not None else self._native(completion, tokens_in + tokens_out, cached)
-        if on_text is not None and completion.text:
-            on_text(completion.text)
+        tokens_out, finish = len(token_ids), "length"
+        if was_cancelled:
+            finish = "cancelled"
+        elif completion.finish_reason == "stop":
+            finish = "stop"
+            if isinstance(completion.stop_reason, str):  # a stop sequence: its tokens are not billed
+                tokens_out = tokens_for_text(self._decode, token_ids, len(completion.text))
+        if self.capture == "hook":
+            if rows is None:
+                raise RoutingCaptureInvalid("no routing was captured for the request")
+            hooked = torch.stack([torch.cat(layer) for layer in rows], dim=1).long()
+            routed = hooked[: tokens_in + tokens_out - 1 - cached]
+        else:
+            native = self._native(completion, tokens_in + len(token_ids), cached)
+            routed = native[: tokens_in + tokens_out - 1 - cached]
         return Generation(
             text=completion.text,
             tokens_in=tokens_in,
             tokens_out=tokens_out,
-            finish_reason="stop" if completion.finish_reason == "stop" else "length",
+            finish_reason=finish,
             routed=routed,
             l2_us=0,
-            l3_us=elapsed // 1000,
+            l3_us=elapsed_ns // 1000,
             prefix_cache_hit_tokens=cached,
         )
+
+    def _decode(self, token_ids: list[int]) -> str:
+        return str(self.tokenizer.decode(token_ids, skip_special_tokens=True))
 
     def _native(self, completion: Any, tokens: int, cached: int) -> torch.Tensor:
         """The request's rows from ``completion.routed_experts``; a refused capture is logged, counted

@@ -64,7 +64,7 @@ _EXPERT_FIELDS = ("layer", "expert", "tokens")
 _EXPERT_SET = frozenset(_EXPERT_FIELDS)
 
 HOP_LAYERS = frozenset({"L1", "L2", "L3"})
-STATUSES = frozenset({"ok", "error", "timeout", "rejected"})
+STATUSES = frozenset({"ok", "error", "timeout", "rejected", "cancelled"})
 
 U32 = 2**32
 U63 = 2**63
@@ -285,7 +285,7 @@ def validate_record(rec: Any) -> None:
     if type(status) is not str:
         _fail(WRONG_TYPE, "status", "status must be a string")
     if status not in STATUSES:
-        _fail(INVALID_VALUE, "status", "status must be one of ok, error, timeout, rejected")
+        _fail(INVALID_VALUE, "status", "status must be one of ok, error, timeout, rejected, cancelled")
     check_outcome(rec["outcome"])
 
     # Cross-field rules.

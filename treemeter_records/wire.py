@@ -78,7 +78,7 @@ class WireRecord(Struct, forbid_unknown_fields=True, gc=False):
     seq: U63
     sla_class: Slug
     start_ns: Positive63
-    status: Literal["ok", "error", "timeout", "rejected"]
+    status: Literal["ok", "error", "timeout", "rejected", "cancelled"]
     tenant: Slug
     tokens_in: U32
     tokens_out: U32

@@ -11,7 +11,7 @@ import torch
 from compute_agents.checkpoint import CheckpointError, chat_prompt, expert_file, read_manifest, sha3_file
 from compute_agents.engine import PromptLayout, TorchEngine, expert_counts
 from compute_agents.expert_cache import ExpertCache, ExpertIntegrityError
-from tests.compute_agents.model_sizes import SIZES
+from tests.compute_agents.model_sizes import SIZES, greedy
 
 PROMPTS = ["the contract review clause party agreement", "患者 诊断 报告 hospital doctor nurse report"]
 
@@ -30,7 +30,7 @@ def independent_routing(engine: TorchEngine, prompt: str, generated: list[int]) 
 @pytest.mark.parametrize("prompt", PROMPTS)
 def test_captured_routing_matches_an_independent_recomputation(tiny_model: Path, prompt: str) -> None:
     engine = TorchEngine(tiny_model)
-    generation = engine.generate(prompt, 12)
+    generation = engine.generate(prompt, greedy(12))
     generated = engine.tokenizer(prompt)["input_ids"]
     tokens = generation.tokens_in + generation.tokens_out
     assert generation.routed.shape == (tokens - 1, SIZES.layers, SIZES.top_k)
@@ -49,14 +49,14 @@ def test_captured_routing_matches_an_independent_recomputation(tiny_model: Path,
 
 def test_two_prompts_route_differently(tiny_model: Path) -> None:
     engine = TorchEngine(tiny_model)
-    first, second = (expert_counts(engine.generate(p, 8).routed, SIZES.experts) for p in PROMPTS)
+    first, second = (expert_counts(engine.generate(p, greedy(8)).routed, SIZES.experts) for p in PROMPTS)
     assert first != second
 
 
 def test_the_expert_cache_computes_what_the_full_model_computes(tiny_model: Path) -> None:
     engine = TorchEngine(tiny_model, cache_capacity=3, preheat=1)
-    cached = engine.generate(PROMPTS[0], 10)
-    direct = engine.generate(PROMPTS[0], 10, use_l2=False)
+    cached = engine.generate(PROMPTS[0], greedy(10))
+    direct = engine.generate(PROMPTS[0], greedy(10), use_l2=False)
     assert cached.text == direct.text
     assert torch.equal(cached.routed, direct.routed)
     assert cached.expert_cache_misses > 0 and cached.expert_cache_hits > 0
@@ -77,7 +77,7 @@ def test_lru_k_evicts_the_expert_with_the_oldest_second_use(tiny_model: Path) ->
 
 def test_preheat_loads_the_experts_recent_routing_predicts(tiny_model: Path) -> None:
     engine = TorchEngine(tiny_model, cache_capacity=4, preheat=2)
-    engine.generate(PROMPTS[0], 6)
+    engine.generate(PROMPTS[0], greedy(6))
     predicted = engine.cache.predicted(2)
     for layer in range(SIZES.layers):
         engine.cache.resident[layer].clear()
@@ -89,14 +89,14 @@ def test_a_corrupted_expert_file_is_refused(tiny_model: Path, tmp_path: Path) ->
     copy = tmp_path / "model"
     shutil.copytree(tiny_model, copy)
     engine = TorchEngine(copy, cache_capacity=2, preheat=0)
-    victim = expert_file(copy, 0, int(engine.generate(PROMPTS[0], 2).routed[0, 0, 0]))
+    victim = expert_file(copy, 0, int(engine.generate(PROMPTS[0], greedy(2)).routed[0, 0, 0]))
     data = bytearray(victim.read_bytes())
     data[-1] ^= 0xFF
     victim.write_bytes(bytes(data))
     alerts: list[tuple[int, int, str]] = []
     fresh = TorchEngine(copy, cache_capacity=2, preheat=0, on_integrity_error=lambda *a: alerts.append(a))
     with pytest.raises(ExpertIntegrityError, match="does not match the manifest"):
-        fresh.generate(PROMPTS[0], 2)
+        fresh.generate(PROMPTS[0], greedy(2))
     assert alerts and alerts[0][2] == str(victim)
 
 

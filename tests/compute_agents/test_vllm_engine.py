@@ -22,6 +22,7 @@ from compute_agents.router import Rules
 from compute_agents.service import AgentIdentity, AgentService, Trip
 from compute_agents.spool import Spool
 from compute_agents.vllm_engine import VllmEngine
+from tests.compute_agents.model_sizes import greedy
 from treemeter_records import private_key_from_seed, protocol
 
 SIZES = TinySizes(
@@ -37,8 +38,8 @@ def engine(tmp_path_factory: pytest.TempPathFactory) -> VllmEngine:
 
 
 def test_routing_sums_hold_and_two_prompts_route_differently(engine: VllmEngine) -> None:
-    first = engine.generate("the contract review clause party agreement payment", 8)
-    second = engine.generate("患者 诊断 报告 hospital doctor nurse", 8)
+    first = engine.generate("the contract review clause party agreement payment", greedy(8))
+    second = engine.generate("患者 诊断 报告 hospital doctor nurse", greedy(8))
     counts = []
     for generation in (first, second):
         rows = generation.tokens_in + generation.tokens_out - 1 - generation.prefix_cache_hit_tokens
@@ -54,8 +55,8 @@ def test_routing_sums_hold_and_two_prompts_route_differently(engine: VllmEngine)
 
 def test_a_repeated_prompt_reports_prefix_cache_hits(engine: VllmEngine) -> None:
     prompt = "liability indemnity notice term " * 40  # vLLM on CPU caches whole blocks of 128 tokens
-    engine.generate(prompt, 4)
-    again = engine.generate(prompt, 4)
+    engine.generate(prompt, greedy(4))
+    again = engine.generate(prompt, greedy(4))
     assert again.prefix_cache_hit_tokens > 0 and again.prefix_cache_hit_tokens % 128 == 0
     rows = again.tokens_in + again.tokens_out - 1 - again.prefix_cache_hit_tokens
     assert again.routed.shape[0] == rows

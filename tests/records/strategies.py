@@ -79,6 +79,6 @@ def records(draw: st.DrawFn) -> dict[str, Any]:
         "prefix_cache_hit_tokens": draw(st.integers(0, tokens_in)),
         "expert_cache_hits": draw(st.integers(0, 2**32 - 1)),
         "expert_cache_misses": draw(st.integers(0, 2**32 - 1)),
-        "status": draw(st.sampled_from(["ok", "error", "timeout", "rejected"])),
+        "status": draw(st.sampled_from(["ok", "error", "timeout", "rejected", "cancelled"])),
         "outcome": draw(st.none() | st.dictionaries(TEXT, JSON_VALUES, max_size=5)),
     }

@@ -1,0 +1,51 @@
+"""A real agent's API on uvicorn (a real socket: the official SDK connects, streams and hangs up), and
+its spooled records by id, for the tests that drive the agent with the ``openai`` package."""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from typing import Any
+
+import orjson
+import uvicorn
+
+from compute_agents.app import create_app
+from compute_agents.service import AgentService
+
+
+@contextmanager
+def serving(service: AgentService) -> Iterator[str]:
+    """The agent's API on a free local port; yields its base URL (``…/v1``)."""
+    server = uvicorn.Server(
+        uvicorn.Config(create_app(service), host="127.0.0.1", port=0, log_level="warning")
+    )
+    thread = threading.Thread(target=server.run, name="agent-api", daemon=True)
+    thread.start()
+    deadline = time.monotonic() + 30
+    while not server.started:
+        assert time.monotonic() < deadline, "the agent's API did not start"
+        time.sleep(0.02)
+    port = server.servers[0].sockets[0].getsockname()[1]
+    try:
+        yield f"http://127.0.0.1:{port}/v1"
+    finally:
+        server.should_exit = True
+        thread.join(10)
+
+
+def records(service: AgentService) -> list[dict[str, Any]]:
+    return [orjson.loads(body) for _, _, body in service.spool.pending(10_000)]
+
+
+def record(service: AgentService, record_id: str, wait_s: float = 30) -> dict[str, Any]:
+    """The spooled record with this id, waiting for it (a stream's is committed by its own thread)."""
+    deadline = time.monotonic() + wait_s
+    while True:
+        found = [r for r in records(service) if r["record_id"] == record_id]
+        if found or time.monotonic() > deadline:
+            assert found, f"no record {record_id}"
+            return found[0]
+        time.sleep(0.05)
