@@ -183,6 +183,7 @@ PUBLIC: dict[str, str] = {
     "portal-login": "the portal's sign-in form",
     "portal-logout": "signing out needs no session",
     "favicon": "the site's icon: no data",
+    "metrics": "Prometheus counts by answer code and reason, no tenant's data; METRICS_TOKEN in production",
 }
 
 # The Django admin is staff-only (AdminSite.admin_view): every principal here must be sent to its login.
