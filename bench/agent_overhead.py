@@ -25,7 +25,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path[0:1] = [str(ROOT)]
 
 from compute_agents.checkpoint import TinySizes, create_tiny_model  # noqa: E402
-from compute_agents.engine import TorchEngine, expert_counts  # noqa: E402
+from compute_agents.engine import SamplingParams, TorchEngine, expert_counts  # noqa: E402
 from compute_agents.router import Rules  # noqa: E402
 from compute_agents.spool import Spool  # noqa: E402
 from treemeter_records import build_batch, make_record, private_key_from_seed  # noqa: E402
@@ -52,12 +52,12 @@ def prompts(count: int) -> list[str]:
 
 
 def serve_off(engine: TorchEngine, text: str, max_tokens: int) -> int:
-    return engine.generate(text, max_tokens).tokens_out
+    return engine.generate(text, SamplingParams(max_tokens, temperature=0.0)).tokens_out
 
 
 def serve_on(engine: TorchEngine, spool: Spool, text: str, max_tokens: int) -> int:
     start_ns = time.time_ns()
-    generation = engine.generate(text, max_tokens)
+    generation = engine.generate(text, SamplingParams(max_tokens, temperature=0.0))
     experts = expert_counts(generation.routed, engine.num_experts)
 
     def build(seq: int) -> dict[str, Any]:

@@ -7,12 +7,16 @@ from __future__ import annotations
 import json
 import os
 import time
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import orjson
 import pytest
 
 pytest.importorskip("vllm")
+
+import openai
+from openai.types.chat import ChatCompletionMessageParam
 
 from compute_agents.checkpoint import TinySizes, create_tiny_model
 from compute_agents.engine import expert_counts
@@ -23,6 +27,7 @@ from compute_agents.service import AgentIdentity, AgentService, Trip
 from compute_agents.spool import Spool
 from compute_agents.vllm_engine import VllmEngine
 from tests.compute_agents.model_sizes import greedy
+from tests.compute_agents.openai_server import record, serving
 from treemeter_records import private_key_from_seed, protocol
 
 SIZES = TinySizes(
@@ -62,11 +67,18 @@ def test_a_repeated_prompt_reports_prefix_cache_hits(engine: VllmEngine) -> None
     assert again.routed.shape[0] == rows
 
 
-def test_vllm_requests_become_records_with_prefix_cache_hits(engine: VllmEngine, tmp_path: Path) -> None:
+KEYS = {
+    "tmk_vllm-test-key": ("active", None),
+    "tmk_vllm-revoked": ("revoked", None),
+    "tmk_vllm-tiny": ("active", 5),
+}
+API_KEY = "tmk_vllm-test-key"
+
+
+def vllm_service(engine: VllmEngine, tmp_path: Path) -> AgentService:
     """The agent's request path on the vLLM engine: a real signed snapshot (from its disk cache, the
-    platform being unreachable), the durable spool, and records carrying vLLM's prefix-cache hits."""
+    platform being unreachable) and the durable spool."""
     platform = private_key_from_seed(os.urandom(32))
-    api_key = "tmk_vllm-test-key"
     snapshot = {
         "v": 1,
         "agent_id": "gpu-v",
@@ -74,16 +86,17 @@ def test_vllm_requests_become_records_with_prefix_cache_hits(engine: VllmEngine,
         "refresh_s": 30,
         "keys": [
             {
-                "key_hash": protocol.api_key_hash(api_key),
-                "prefix": api_key[:12],
+                "key_hash": protocol.api_key_hash(key),
+                "prefix": key[:12],
                 "tenant": "acme",
                 "contract": "acme-2026",
                 "package": "review",
                 "sla_class": "gold",
-                "quota_tokens": None,
+                "quota_tokens": quota,
                 "quota_period": "month",
-                "status": "active",
+                "status": status,
             }
+            for key, (status, quota) in KEYS.items()
         ],
     }
     cache = tmp_path / "entitlements.json"
@@ -96,7 +109,7 @@ def test_vllm_requests_become_records_with_prefix_cache_hits(engine: VllmEngine,
     store.start()
     store.stop()
     spool = Spool(tmp_path / "spool.sqlite3")
-    service = AgentService(
+    return AgentService(
         AgentIdentity("gpu-v", node="gpu-v.l3", cache_node="gpu-v.l2"),
         engine,
         spool,
@@ -104,15 +117,90 @@ def test_vllm_requests_become_records_with_prefix_cache_hits(engine: VllmEngine,
         Rules.load(None),
         AgentMetrics(spool.status, store.age_s),
     )
+
+
+def test_vllm_requests_become_records_with_prefix_cache_hits(engine: VllmEngine, tmp_path: Path) -> None:
+    service = vllm_service(engine, tmp_path)
     body = {"model": "tiny", "prompt": "payment clause notice party " * 40, "max_tokens": 4}
     for request in ("r-1", "r-2"):
         trip = Trip("/v1/completions", request)
-        service.complete(trip, service.authenticate(f"Bearer {api_key}"), body)
-    first, second = (orjson.loads(line) for _, _, line in spool.pending(10))
+        service.complete(trip, service.authenticate(f"Bearer {API_KEY}"), body)
+    first, second = (orjson.loads(line) for _, _, line in service.spool.pending(10))
     assert (first["seq"], second["seq"]) == (0, 1)
     assert first["prefix_cache_hit_tokens"] == 0 and second["prefix_cache_hit_tokens"] >= 128
-    for record in (first, second):
-        rows = record["tokens_in"] + record["tokens_out"] - 1 - record["prefix_cache_hit_tokens"]
-        assert record["expert_tokens"] == rows * SIZES.top_k * SIZES.layers
-        assert (record["tenant"], record["sla_class"], record["status"]) == ("acme", "gold", "ok")
-        assert record["weights_sha3"] == engine.weights_sha3
+    for spooled in (first, second):
+        rows = spooled["tokens_in"] + spooled["tokens_out"] - 1 - spooled["prefix_cache_hit_tokens"]
+        assert spooled["expert_tokens"] == rows * SIZES.top_k * SIZES.layers
+        assert (spooled["tenant"], spooled["sla_class"], spooled["status"]) == ("acme", "gold", "ok")
+        assert spooled["weights_sha3"] == engine.weights_sha3
+
+
+def test_the_openai_sdk_against_the_vllm_engine(engine: VllmEngine, tmp_path: Path) -> None:
+    """The SDK tests' essentials on vLLM: models, every error class, stop and seed, n, streaming with
+    the role and usage, concurrent requests batched, a client that hangs up mid-stream."""
+    service = vllm_service(engine, tmp_path)
+    user: list[ChatCompletionMessageParam] = [{"role": "user", "content": "the contract review clause"}]
+    with serving(service) as url:
+        client = openai.OpenAI(base_url=url, api_key=API_KEY, max_retries=0)
+        card = client.models.retrieve("tiny")
+        for refused, call in [
+            (openai.NotFoundError, lambda: client.chat.completions.create(model="gpt-4o", messages=user)),
+            (
+                openai.BadRequestError,
+                lambda: client.chat.completions.create(model="tiny", messages=user, logprobs=True),
+            ),
+            (
+                openai.AuthenticationError,
+                lambda: openai.OpenAI(base_url=url, api_key="tmk_no", max_retries=0).completions.create(
+                    model="tiny", prompt="x"
+                ),
+            ),
+            (
+                openai.PermissionDeniedError,
+                lambda: openai.OpenAI(
+                    base_url=url, api_key="tmk_vllm-revoked", max_retries=0
+                ).completions.create(model="tiny", prompt="x"),
+            ),
+            (
+                openai.RateLimitError,
+                lambda: openai.OpenAI(base_url=url, api_key="tmk_vllm-tiny").completions.create(
+                    model="tiny", prompt="the contract", max_tokens=8
+                ),
+            ),
+        ]:
+            with pytest.raises(refused):
+                call()
+        whole = client.completions.create(model="tiny", prompt="the contract", max_tokens=40, temperature=0)
+        full = whole.choices[0].text
+        stop = full[len(full) // 2 : len(full) // 2 + 3]
+        cut = client.completions.create(
+            model="tiny", prompt="the contract", max_tokens=40, temperature=0, stop=stop
+        )
+        with ThreadPoolExecutor(4) as pool:
+            seeded = list(
+                pool.map(
+                    lambda _: client.chat.completions.create(
+                        model="tiny", messages=user, max_tokens=8, n=2, seed=3
+                    ),
+                    range(4),
+                )
+            )
+        streamed = client.chat.completions.create(
+            model="tiny", messages=user, max_tokens=8, stream=True, stream_options={"include_usage": True}
+        )
+        chunks = list(streamed)
+        left = client.chat.completions.create(
+            model="tiny", messages=user, max_tokens=500, temperature=0, stream=True
+        )
+        next(left)
+        left.close()
+        gone = record(service, left.response.headers["x-request-id"])
+    assert card.id == "tiny" and card.created > 0 and card.owned_by == "treemeter"
+    assert cut.choices[0].text == full[: full.index(stop)] and cut.choices[0].finish_reason == "stop"
+    assert cut.usage is not None and whole.usage is not None
+    assert cut.usage.completion_tokens < whole.usage.completion_tokens
+    assert record(service, cut._request_id or "")["tokens_out"] == cut.usage.completion_tokens
+    assert len({tuple(c.message.content for c in answer.choices) for answer in seeded}) == 1
+    assert chunks[0].choices[0].delta.role == "assistant" and chunks[-1].choices == []
+    assert chunks[-1].usage is not None and chunks[-1].model == engine.model_id
+    assert gone["status"] == "cancelled" and gone["tokens_out"] < 500
