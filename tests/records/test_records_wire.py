@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import copy
 import json
-from typing import Any
+from typing import Any, get_args, get_type_hints
 
 import orjson
 import pytest
@@ -30,6 +30,8 @@ from treemeter_records import (
     read_batch_records,
     validate_batch_records,
 )
+from treemeter_records.validation import HOP_LAYERS, STATUSES
+from treemeter_records.wire import WireHop, WireRecord
 
 SCALARS = ("seq", "record_id", "agent_id", "tenant", "contract", "package", "start_ns", "end_ns")
 BOUNDS = (-(2**63) - 1, -(2**63), -(2**31), -1, 0, 1, 65535, 65536, 2**31, 2**32 - 1, 2**32, 2**63 - 1, 2**63)
@@ -111,6 +113,12 @@ def test_valid_records_agree(record: dict[str, Any]) -> None:
 @given(mutated())
 def test_mutated_lines_agree(line: bytes) -> None:
     _agree(line)
+
+
+def test_the_structs_enums_are_the_formats() -> None:
+    """A status or hop layer added to the format must reach the fast path too (else it is only slow)."""
+    assert set(get_args(get_type_hints(WireRecord)["status"])) == STATUSES
+    assert set(get_args(get_type_hints(WireHop)["layer"])) == HOP_LAYERS
 
 
 def test_fast_path_takes_ordinary_records() -> None:
