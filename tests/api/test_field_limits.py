@@ -224,6 +224,8 @@ NOT_FROM_REST = {
     "billing.LateUsage.dimension": "the invoice run's",
     "billing.StripeCustomer.customer_id": "from Stripe",
     "billing.StripePayment.payment_intent_id": "from Stripe",
+    "billing.StripePayment.checkout_session_id": "from Stripe (the Checkout Session the portal's Pay opens)",
+    "billing.StripePayment.superseded_intent_id": "from Stripe (the pushed intent a paid session cancels)",
     "billing.StripeNote.stripe_id": "from Stripe",
     "billing.StripeEvent.event_id": "from Stripe's signed webhook",
     "billing.StripeEvent.event_type": "from Stripe's signed webhook",

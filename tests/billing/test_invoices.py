@@ -173,7 +173,7 @@ def test_a_real_celery_worker_writes_the_invoice(client: Client, redis_url: str)
 
 @pytest.mark.django_db
 def test_a_contract_of_base_fee_only_is_invoiced_its_fee() -> None:
-    contract = ContractFactory(currency="CNY", base_fee=Decimal("99.00"))  # no usage prices at all
+    contract: Any = ContractFactory(currency="CNY", base_fee=Decimal("99.00"))  # no usage prices at all
 
     invoice = generate_invoice(contract.pk, *NOV, now=datetime(2026, 12, 2, tzinfo=UTC))
 
