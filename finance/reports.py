@@ -8,6 +8,8 @@ from datetime import datetime
 
 from django.utils.translation import pgettext_lazy
 
+from pricing.dimensions import DIMENSION_NAMES
+
 from . import selectors
 from .reconciliation import ReconciliationFilter, reconciliation_rows
 from .tables import Column, Table, money, quantity, ratio
@@ -120,7 +122,7 @@ def disputes(status: str, now: datetime) -> Table:
         Column("tenant_code", pgettext_lazy("finance", "Tenant")),
         Column("invoice_number", pgettext_lazy("finance", "Invoice")),
         Column("line_id", pgettext_lazy("finance", "Line"), "integer"),
-        Column("line_dimension", pgettext_lazy("finance", "Dimension")),
+        Column("line_dimension", pgettext_lazy("finance", "Dimension"), labels=DIMENSION_NAMES),
         Column("line_description", pgettext_lazy("finance", "Line description")),
         CURRENCY,
         money("line_amount", pgettext_lazy("finance", "Line amount")),
@@ -138,7 +140,7 @@ def reconciliation(selected: ReconciliationFilter) -> Table:
         Column("contract_code", pgettext_lazy("finance", "Contract")),
         Column("invoice_number", pgettext_lazy("finance", "Invoice")),
         Column("finalized_at", pgettext_lazy("finance", "Finalised at"), "timestamp"),
-        Column("dimension", pgettext_lazy("finance", "Dimension")),
+        Column("dimension", pgettext_lazy("finance", "Dimension"), labels=DIMENSION_NAMES),
         quantity("usage_total", pgettext_lazy("finance", "Usage in ClickHouse")),
         quantity("late", pgettext_lazy("finance", "Late records")),
         Column("late_decision", pgettext_lazy("finance", "Late decision"), labels=LATE_DECISION),

@@ -1,23 +1,13 @@
-"""Translated names for the codes other apps store (dimensions, statuses, line kinds): their model
-choices carry English labels only, and the portal speaks zh-Hans and en."""
+"""Translated names for the codes other apps store (statuses, line kinds; the dimensions' are in
+pricing.dimensions): their model choices carry English labels only, and the portal speaks zh-Hans and
+en."""
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+
 from django.utils.functional import Promise
 from django.utils.translation import gettext_lazy as _
-
-DIMENSIONS: dict[str, Promise] = {
-    "requests": _("Requests"),
-    "tokens_in": _("Input tokens"),
-    "tokens_out": _("Output tokens"),
-    "cached_tokens": _("Prefix-cache hit tokens"),
-    "expert_tokens": _("Expert-token activations"),
-    "routing_hops": _("Routing hops"),
-    "l2_misses": _("Expert-cache misses (L2)"),
-    "l3_seconds": _("GPU time (L3 seconds)"),
-    "distinct_experts": _("Distinct experts per request"),
-    "outcomes": _("Verified outcomes"),
-}
 
 # A package's business unit (catalog.ComputePackage.unit): the common ones have a Chinese name.
 UNITS: dict[str, Promise] = {
@@ -28,6 +18,9 @@ UNITS: dict[str, Promise] = {
     "report": _("report"),
     "prediction": _("prediction"),
 }
+
+# The serving tree's layers as SLA objectives and percentiles name them.
+LAYERS: dict[str, str | Promise] = {"l1": "L1", "l2": "L2", "l3": "L3", "e2e": _("End to end")}
 
 STATUSES: dict[str, Promise] = {
     "pending_payment": _("Waiting for payment"),
@@ -51,7 +44,7 @@ STATUSES: dict[str, Promise] = {
     "applied": _("Applied"),
     "ok": _("Served"),
     "error": _("Failed (platform)"),
-    "due": _("Due"),
+    "due": _("Awaiting payment"),
     "overdue": _("Overdue"),
     "settled": _("Settled by credits"),
 }
@@ -96,6 +89,6 @@ DISPUTE_ACTIONS: dict[str, Promise] = {
 }
 
 
-def label(table: dict[str, Promise], code: str) -> str:
+def label(table: Mapping[str, str | Promise], code: str) -> str:
     """The translated label, or the code itself for one this table does not know yet."""
     return str(table.get(code, code))

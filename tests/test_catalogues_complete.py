@@ -23,6 +23,8 @@ from sla import pdf as sla_pdf
 
 ROOT = Path(__file__).resolve().parents[1]
 APPS = ("frontend", "finance")
+# Messages of lower layers that the app's catalogue carries (the dimensions' names: the portal's).
+SHARED = {"frontend": ("platform/pricing",), "finance": ()}
 SINGULAR = {"gettext", "gettext_lazy", "_", "gettext_noop"}
 CONTEXT = {"pgettext", "pgettext_lazy"}
 PLURAL = {"ngettext", "ngettext_lazy"}
@@ -69,7 +71,7 @@ def _from_template(source: str) -> Iterator[Message]:
 
 def _used(app: str) -> set[Message]:
     found: set[Message] = set()
-    for path in (ROOT / app).rglob("*"):
+    for path in [p for folder in (app, *SHARED[app]) for p in (ROOT / folder).rglob("*")]:
         if "migrations" in path.parts or "locale" in path.parts:
             continue
         if path.suffix == ".py":

@@ -10,6 +10,7 @@ from django.utils import formats
 from django.utils.formats import number_format
 
 from common.money import MINOR_UNITS, round_money
+from pricing.dimensions import DIMENSION_NAMES
 from treemeter_records.timeutil import from_unix_nanos
 
 from .. import labels
@@ -38,7 +39,12 @@ def quantity(value: Decimal | int | str | None) -> str:
 
 @register.filter
 def dimension_label(code: str) -> str:
-    return labels.label(labels.DIMENSIONS, code)
+    return labels.label(DIMENSION_NAMES, code)
+
+
+@register.filter
+def layer_label(code: str) -> str:
+    return labels.label(labels.LAYERS, code)
 
 
 @register.filter

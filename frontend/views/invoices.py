@@ -59,6 +59,9 @@ def invoice_detail(request: HttpRequest, principal: Principal, pk: int) -> HttpR
         lines=[(line, shown.get(line.pk)) for line in invoice.lines.all()],
         disputable=invoice.status in DISPUTABLE,
         can_dispute=principal.may_write(WRITE_BILLING),
+        party_cards=[
+            (role, invoice.parties[role]) for role in ("issuer", "buyer") if role in invoice.parties
+        ],
         can_pay=may_write and invoice.payment_status in ("due", "overdue"),
         online_payment=bool(settings.STRIPE_API_KEY),
         payment_outcome=PAYMENT_OUTCOMES.get(request.GET.get("payment", "")),

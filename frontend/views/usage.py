@@ -11,6 +11,7 @@ from django.utils import timezone
 from django.utils.translation import gettext as _
 
 from accounts.access import Principal
+from pricing.dimensions import DIMENSION_NAMES
 from usage.selectors import DIMENSIONS as USAGE_DIMENSIONS
 
 from .. import labels, selectors
@@ -37,7 +38,7 @@ def dashboard(request: HttpRequest, principal: Principal) -> HttpResponse:
         "usage",
         contracts=contracts,
         packages=sorted({c.package.code for c in contracts}),
-        dimensions=[(code, labels.label(labels.DIMENSIONS, code)) for code in USAGE_DIMENSIONS],
+        dimensions=[(code, labels.label(DIMENSION_NAMES, code)) for code in USAGE_DIMENSIONS],
         start=(today - timedelta(days=DEFAULT_DAYS - 1)).isoformat(),
         end=today.isoformat(),
         charts_available=charts_available(),
@@ -52,7 +53,7 @@ def dashboard(request: HttpRequest, principal: Principal) -> HttpResponse:
             "no_data": _("No usage in this range."),
             "failed": _("The figures could not be loaded."),
             # What the API answers in codes, named for the reader: dimensions, packages, latency layers.
-            "dimensions": {code: str(labels.label(labels.DIMENSIONS, code)) for code in USAGE_DIMENSIONS},
+            "dimensions": {code: str(labels.label(DIMENSION_NAMES, code)) for code in USAGE_DIMENSIONS},
             "packages": {c.package.code: c.package.name for c in contracts},
             "layers": {
                 "L1": _("L1 decision"),

@@ -7,6 +7,8 @@ from __future__ import annotations
 from decimal import Decimal
 
 from django.db import models
+from django.utils.functional import Promise
+from django.utils.translation import gettext_lazy as _
 
 
 class Dimension(models.TextChoices):
@@ -26,6 +28,21 @@ class Dimension(models.TextChoices):
 # new list on every access, which rating does thousands of times per invoice run.
 DIMENSION_CODES: tuple[str, ...] = tuple(Dimension.values)
 DIMENSION_LABELS: dict[str, str] = dict(Dimension.choices)
+
+# Their names for people, translated (the portal and the finance views; the catalogue is the portal's).
+# DIMENSION_LABELS are the English names invoice lines store.
+DIMENSION_NAMES: dict[str, Promise] = {
+    "requests": _("Requests"),
+    "tokens_in": _("Input tokens"),
+    "tokens_out": _("Output tokens"),
+    "cached_tokens": _("Prefix-cache hit tokens"),
+    "expert_tokens": _("Expert-token activations"),
+    "routing_hops": _("Routing hops"),
+    "l2_misses": _("Expert-cache misses (L2)"),
+    "l3_seconds": _("GPU time (L3 seconds)"),
+    "distinct_experts": _("Distinct experts per request"),
+    "outcomes": _("Verified outcomes"),
+}
 
 # The dimensions measured by an integer aggregate over the records (every one but `outcomes`), in the
 # order the aggregates are read; their SQL is `clickhouse_store.queries.billing.AGGREGATE_SQL`. Values

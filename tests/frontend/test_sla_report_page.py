@@ -47,7 +47,10 @@ def test_each_daily_cell_is_under_its_objective(report) -> None:
     row_match = re.search(r"<tr><td>2026-11-10</td>(.*?)</tr>", daily)
     assert row_match is not None
     row = row_match.group(1)
-    assert re.findall(r"</span> ([^<]+)</td>", row) == ["100.0000", "33.3333"]
+    assert re.findall(r"</span> ([^<]+)</td>", row) == [
+        "100",
+        "33.3333",
+    ]  # the API's 100.0000, without trailing zeros
 
 
 def test_the_window_is_in_the_reports_time_zone_and_the_pdf_in_the_pages_language(report) -> None:
@@ -66,3 +69,17 @@ def test_the_pdf_chart_plots_every_objective_and_no_bar_without_traffic(report) 
     assert len(availability) == len(latency) == 30
     assert (availability[9], latency[9]) == (100.0, 33.3333)
     assert availability[:9] == latency[:9] == [None] * 9  # no traffic: nothing measured, not 100 %
+
+
+def test_layers_percent_and_provenance_read_as_people_write_them(report) -> None:
+    page = (
+        member(report.contract.tenant, language="zh-hans").get(f"/sla-reports/{report.pk}").content.decode()
+    )
+    objectives = page[page.index('data-testid="sla-objectives"') :]
+    assert "<td>L3</td>" in objectives and "<td>l3</td>" not in objectives
+    assert "<td>端到端</td>" in page  # the e2e percentiles row
+    provenance = re.search(r'data-testid="sla-provenance">(.*?)</p>', page, re.S)
+    assert provenance is not None
+    said = provenance.group(1)
+    assert "计算于 2026-12-05 00:00:00 UTC" in " ".join(said.split())
+    assert "+00:00" not in said and "T00:00" not in said
