@@ -19,6 +19,7 @@ from reportlab.lib.units import mm
 from reportlab.platypus import Paragraph, SimpleDocTemplate, Spacer, Table, TableStyle
 
 from common.cjk_font import register_cjk_font
+from common.money import format_unit_price
 from ledger.selectors import b64
 from pricing.errors import InvalidRequest
 
@@ -253,7 +254,7 @@ def render_invoice_pdf(invoice: Invoice, language: str = "en") -> bytes:
             [
                 Paragraph(_item(line, language), body),
                 f"{line.quantity.normalize():,f}",
-                f"{line.unit_price.normalize():f}",
+                format_unit_price(line.unit_price, invoice.currency),
                 f"{line.amount:,}",
             ]
         )

@@ -6,6 +6,8 @@ from rich.console import Group
 from rich.table import Table
 from rich.text import Text
 
+from common.money import format_unit_price
+
 from .models import Invoice
 
 
@@ -27,7 +29,7 @@ def invoice_table(invoice: Invoice) -> Group:
         table.add_row(
             line.description,
             f"{line.quantity.normalize():,f}",
-            f"{line.unit_price.normalize():f}",
+            format_unit_price(line.unit_price, invoice.currency),
             f"{line.amount:,.2f}",
         )
     if invoice.tax or invoice.credits_applied:

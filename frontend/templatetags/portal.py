@@ -2,14 +2,14 @@
 
 from __future__ import annotations
 
-from datetime import UTC, datetime, timedelta
+from datetime import UTC, date, datetime, timedelta
 from decimal import Decimal
 
 from django import template
 from django.utils import formats
 from django.utils.formats import number_format
 
-from common.money import MINOR_UNITS, round_money
+from common.money import MINOR_UNITS, round_money, unit_price_places
 from pricing.dimensions import DIMENSION_NAMES
 from treemeter_records.timeutil import from_unix_nanos
 
@@ -25,6 +25,22 @@ def money(amount: Decimal | str | None, currency: str) -> str:
         return ""
     value = round_money(Decimal(amount), currency)
     return f"{currency} {number_format(value, decimal_pos=MINOR_UNITS[currency], force_grouping=True)}"
+
+
+@register.filter
+def unit_price(price: Decimal | str | None, currency: str) -> str:
+    """`CNY 0.80`, `CNY 0.0002`: at least the currency's minor unit, grouped per language."""
+    if price is None or price == "":
+        return ""
+    value = Decimal(price)
+    places = unit_price_places(value, currency)
+    return f"{currency} {number_format(value, decimal_pos=places, force_grouping=True)}"
+
+
+@register.filter
+def iso_date(text: str) -> str:
+    """An ISO date (`2026-12-04`, as billing.parties gives it) in the active language's short format."""
+    return formats.date_format(date.fromisoformat(text), "SHORT_DATE_FORMAT")
 
 
 @register.filter

@@ -32,3 +32,15 @@ def round_money(amount: Decimal, currency: str) -> Decimal:
     """Round half up to the currency's minor unit (0.005 CNY → 0.01)."""
     exponent = Decimal(1).scaleb(-MINOR_UNITS[currency])
     return amount.quantize(exponent, rounding=ROUND_HALF_UP)
+
+
+def unit_price_places(price: Decimal, currency: str) -> int:
+    """Decimal places to print a unit price with: at least the currency's minor unit (`0.80`, not `0.8`),
+    more where the price has them (`0.0002`), never trailing zeros beyond that."""
+    significant = max(0, -int(price.normalize().as_tuple().exponent))
+    return max(MINOR_UNITS[currency], significant)
+
+
+def format_unit_price(price: Decimal, currency: str) -> str:
+    """A unit price as plain digits (`0.80`, `0.0002`), for the PDF and the CLI."""
+    return f"{price:.{unit_price_places(price, currency)}f}"
