@@ -30,7 +30,7 @@ from django.db import transaction
 from django.db.models import Sum
 
 from accounts.models import Tenant
-from common.pg_copy import copy_insert
+from common.pg_copy import copy_insert, copy_rows
 from contracts.models import NEVER_BILLED, Contract
 from metrics.instruments import INVOICE_RUN_CONTRACTS, INVOICE_RUN_SECONDS
 from pricing.dimensions import Dimension
@@ -40,7 +40,7 @@ from .completeness import invoices_completeness
 from .lateness import LateUsageCheck, LateUsageFound, late_usage_adjustments, record_late_usage
 from .models import OPEN_STATUSES, CreditEntry, Invoice, InvoiceLine, InvoiceSequence
 from .parties import invoice_parties, issuers
-from .rating import PeriodUsage, RatedInvoice, rate_period
+from .rating import PeriodUsage, RatedInvoice, RatedLine, rate_period
 from .selectors import latest_checkpoint
 from .service_credits import contracts_with_service_credits
 from .services import (
@@ -55,7 +55,7 @@ from .services import (
     statement_of,
     take_numbers,
 )
-from .terms import Terms, terms_of
+from .terms import Terms, TermsRows, terms_of, terms_rows
 
 CHUNK = 250
 CENT = Decimal("0.01")  # the invoice amounts' stored precision
@@ -77,11 +77,23 @@ _REFRESHED = [  # what a re-rate and finalisation change on an open invoice
 Progress = Callable[[int, int], None]
 
 
+_LINE_COLUMNS = (
+    "invoice_id",
+    "kind",
+    "dimension",
+    "description",
+    "quantity",
+    "unit_price",
+    "amount",
+    "details",
+)
+QUANTITY, UNIT_PRICE = Decimal("1E-6"), Decimal("1E-8")  # the lines' stored precisions
+
+
 @dataclass
 class _Rated:
     contract: Contract
     invoice: Invoice
-    lines: list[InvoiceLine]
     rated: RatedInvoice
     is_new: bool
     late: LateUsageFound
@@ -131,12 +143,7 @@ def _invoice_chunk(
     locked = Contract.objects.select_for_update(of=("self",)).filter(pk__in=ids).order_by("pk")
     tenant_ids = set(locked.values_list("tenant_id", flat=True))
     list(Tenant.objects.select_for_update().filter(pk__in=tenant_ids).order_by("pk").values_list("pk"))
-    contracts = list(
-        Contract.objects.filter(pk__in=ids)
-        .select_related("tenant")
-        .prefetch_related("metrics", "prices", "coupons")
-        .order_by("pk")
-    )
+    contracts = list(Contract.objects.filter(pk__in=ids).select_related("tenant").order_by("pk"))
     existing = {
         i.contract_id: i
         for i in Invoice.objects.filter(contract_id__in=ids, period_start=start, period_end=end)
@@ -154,7 +161,7 @@ def _invoice_chunk(
     if not todo:
         return finalized, failed
     _lock_sequences({c.issuing_entity for c in todo if now >= end + timedelta(days=c.grace_days)})
-    batch, fallback = _split(todo, existing, start, end, usage, failed)
+    batch, fallback = _split(todo, terms_rows([c.pk for c in todo]), existing, start, end, usage, failed)
     for contract in fallback:
         try:
             invoice = generate_invoice(contract.pk, start, end, usage=usage.get(contract.code), now=now)
@@ -203,6 +210,7 @@ def _lock_sequences(entities: set[str]) -> None:
 
 def _split(
     todo: list[Contract],
+    rows: Mapping[int, TermsRows],
     existing: Mapping[int, Invoice],
     start: datetime,
     end: datetime,
@@ -216,7 +224,7 @@ def _split(
     batch, fallback = [], []
     for contract in todo:
         try:
-            terms = terms_of(contract, start, end)
+            terms = terms_of(contract, start, end, rows=rows[contract.pk])
         except BillingError as error:
             failed[contract.code] = f"{error.code}: {error.message}"
             continue
@@ -259,7 +267,7 @@ def _rate(
         setattr(invoice, name, value)
     for name in ("subtotal", "tax", "total", "amount_due"):
         setattr(invoice, name, getattr(invoice, name).quantize(CENT))
-    return _Rated(contract, invoice, invoice_lines(invoice, rated), rated, is_new, late)
+    return _Rated(contract, invoice, rated, is_new, late)
 
 
 def _write(rated: list[_Rated], now: datetime) -> int:
@@ -286,7 +294,9 @@ def _write(rated: list[_Rated], now: datetime) -> int:
     for r, completeness in zip(final, statements, strict=True):
         invoice = r.invoice
         balance = balances.get(r.contract.pk, Decimal("0.00"))
-        applied[r.contract.pk], allocation = credit_allocation(invoice, r.lines, balance)
+        # The lines as models only where the wallet pays by line kind (credit_allocation reads them then).
+        lines = invoice_lines(invoice, r.rated) if balance > 0 and invoice.terms.get("credit_order") else []
+        applied[r.contract.pk], allocation = credit_allocation(invoice, lines, balance)
         number = numbers[invoice.issuing_entity].pop(0)
         set_final(
             invoice,
@@ -303,13 +313,29 @@ def _write(rated: list[_Rated], now: datetime) -> int:
     if reopened:
         InvoiceLine.objects.filter(invoice__in=reopened).delete()
         Invoice.objects.bulk_update(reopened, _REFRESHED)
-    copy_insert([line for r in rated for line in r.lines])
+    copy_rows(InvoiceLine, _LINE_COLUMNS, (_line_row(r.invoice.pk, x) for r in rated for x in r.rated.lines))
     CreditEntry.objects.bulk_create(
         consumption(r.invoice, applied[r.contract.pk]) for r in final if applied[r.contract.pk]
     )
     record_late_usage((r.late, r.invoice) for r in rated)
     announce_finalised([r.invoice for r in final])
     return len(final)
+
+
+def _line_row(invoice_id: int, line: RatedLine) -> tuple[object, ...]:
+    """One rated line as the row `services.invoice_lines` stores (in `_LINE_COLUMNS` order)."""
+    condition = line.details.get("condition")
+    description = f"{line.description} (verified: {condition})" if condition else line.description
+    return (
+        invoice_id,
+        line.kind,
+        line.dimension,
+        description[:200],
+        line.quantity.quantize(QUANTITY),
+        line.unit_price.quantize(UNIT_PRICE),
+        line.amount,
+        line.details,
+    )
 
 
 def _statements(invoices: list[Invoice]) -> list[dict[str, object]]:

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import enum
 import json
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from functools import partial
 from typing import Any
 
@@ -98,3 +98,31 @@ def _reader(field: Field[Any, Any]) -> Callable[[Model], Any]:
         return value.value if isinstance(value, enum.Enum) else value
 
     return plain
+
+
+def copy_rows(model: type[Model], columns: Sequence[str], rows: Iterable[Sequence[Any]]) -> None:
+    """Insert plain rows (values in the order of `columns`: JSON as jsonb with the field's encoder,
+    anything else as psycopg adapts it) into the model's table; the columns left out take their
+    defaults (the id from its identity). For rows built as values, without a model instance each (an
+    invoice run's lines)."""
+    known = {_column(f): f for f in model._meta.concrete_fields}
+    if unknown := [c for c in columns if c not in known]:
+        raise TypeError(f"{model.__name__} has no columns {unknown}")
+    json_columns = [
+        (k, partial(json.dumps, cls=field.encoder))
+        for k, c in enumerate(columns)
+        if isinstance(field := known[c], JSONField)
+    ]
+    quote = connection.ops.quote_name
+    statement = f"COPY {quote(model._meta.db_table)} ({', '.join(quote(c) for c in columns)}) FROM STDIN"
+    with (
+        connection.cursor() as cursor,
+        connection.wrap_database_errors,
+        cursor.cursor.copy(statement) as copy,
+    ):
+        for row in rows:
+            if json_columns:  # JSON as jsonb, with the field's encoder
+                row = list(row)
+                for k, dumps in json_columns:
+                    row[k] = None if row[k] is None else Jsonb(row[k], dumps=dumps)
+            copy.write_row(row)

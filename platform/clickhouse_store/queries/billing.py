@@ -42,6 +42,9 @@ if tuple(AGGREGATE_SQL) != AGGREGATED_DIMENSIONS:
     raise RuntimeError("AGGREGATE_SQL must map exactly pricing.dimensions.AGGREGATED_DIMENSIONS, in order")
 
 _OK = "status = 'ok' AND NOT disputed AND NOT paused"
+# The records' own tenant and contract columns. The rating query names its output columns `tenant` and
+# `contract` (derived from its group key, `usage_sql`), which shadow the columns' plain names there.
+_TENANT, _CONTRACT = f"{query.USAGE_RECORDS}.tenant", f"{query.USAGE_RECORDS}.contract"
 # A custom metric's per-record value (Float64) as an exact decimal of 18 places, so the period's sum is
 # exact and does not depend on the order the engine adds in: a Float64 sum's last bits vary between
 # identical runs, and 1e16 + 1 - 1e16 is 0 or 1 by order. Values beyond ±1e58 fail the query.
@@ -50,15 +53,15 @@ METRIC_VALUE = "toDecimal256({}, 18)"
 # Bound-parameter SQL over one record: whether a dispute excluded it, whether an SLA pause covers it.
 DISPUTED = "has({ex_ids:Array(UUID)}, record_id)"
 PAUSED = (
-    "arrayExists((c, s, e, f) -> contract = c AND start_ns >= s AND start_ns < e "
+    f"arrayExists((c, s, e, f) -> {_CONTRACT} = c AND start_ns >= s AND start_ns < e "
     "AND (f = 0 OR status IN ('error', 'timeout')), "
     "{pz_contracts:Array(String)}, {pz_starts:Array(Int64)}, {pz_ends:Array(Int64)}, "
     "{pz_failed_only:Array(UInt8)})"
 )
 # Which price segment a record falls in: how many of its contract's change instants are at or before it.
 SEGMENT = (
-    "arrayCount((c, b) -> contract = c AND start_ns >= b, "
-    "{sg_contracts:Array(String)}, {sg_bounds:Array(Int64)}) AS segment"
+    f"arrayCount((c, b) -> {_CONTRACT} = c AND start_ns >= b, "
+    "{sg_contracts:Array(String)}, {sg_bounds:Array(Int64)})"
 )
 
 
@@ -113,16 +116,35 @@ def usage_sql(
     """The one GROUP BY query for these contracts over [start, end), its parameters, and the column
     of each distinct custom metric expression (contracts sharing an expression share one column).
     Built from our own constant expressions and rendered metrics only; tenants, contracts, period,
-    numbers and the excluded record ids and paused windows are bound parameters."""
+    numbers and the excluded record ids and paused windows are bound parameters.
+
+    It groups by tenant, contract, segment and the records' state (billable, not ok, disputed,
+    paused), all four given by one integer, `usage_group`: the contract's and the tenant's positions
+    in the parameter lists, the segment and the state. Tenant, contract and segment are functions of
+    it, which the engine drops from the keys (`optimize_group_by_function_keys`), so it hashes one
+    number instead of two strings, and sums plain columns instead of filtered ones (this query over
+    10M records: about 1.5 × a bare GROUP BY contract, against 3 × grouped by the two strings with
+    FILTER). `usage_rows` adds a group's states up."""
     in_period, period = query.in_period(start, end)
+    tenants = sorted({c.tenant for c in contracts})
+    spans = {
+        "tenant_span": len(tenants) + 1,
+        "segment_span": max((len(c.bounds) for c in contracts), default=0) + 1,
+    }
     params: dict[str, Any] = {
-        "tenants": sorted({c.tenant for c in contracts}),
+        "tenants": tenants,
         "contracts": [c.contract for c in contracts],
+        "contract_keys": list(range(1, len(contracts) + 1)),
+        "tenant_keys": list(range(1, len(tenants) + 1)),
+        **spans,
         **period,
     }
     # What the period does not have is a constant, not a per-row lambda over empty arrays (a fifth of
     # the query's time over a month of records).
-    disputed, paused, segment = "0", "0", "0 AS segment"
+    disputed, paused, segment = "0", "0", "0"
+    state = "toUInt64(status != 'ok')"
+    if excluded.record_ids or excluded.pauses:
+        state = f"multiIf(disputed, {DISPUTED_STATE}, paused, {PAUSED_STATE}, status = 'ok', 0, 1)"
     if excluded.record_ids:
         disputed = DISPUTED
         params["ex_ids"] = sorted(excluded.record_ids)
@@ -136,7 +158,7 @@ def usage_sql(
         segment = SEGMENT
         params["sg_contracts"] = [c.contract for c in contracts for _ in c.bounds]
         params["sg_bounds"] = [unix_nanos(b) for c in contracts for b in c.bounds]
-    columns = [f"{expr} FILTER (WHERE {_OK})" for expr in AGGREGATE_SQL.values()]
+    columns = list(AGGREGATE_SQL.values())
     users: dict[str, tuple[Metric, list[str]]] = {}
     for rated in contracts:
         for metric in rated.metrics:
@@ -146,23 +168,49 @@ def usage_sql(
         rendered = metric_sql(metric, param_prefix=f"m{k}p")
         params.update(rendered.params)
         params[f"m{k}c"] = sorted(set(codes))
-        in_metric = f"{_OK} AND contract IN {{m{k}c:Array(String)}}"
+        # Only the billable records of the contracts that have the metric are converted and summed
+        # (`if` evaluates its branch for those rows only).
+        in_metric = f"{_OK} AND {_CONTRACT} IN {{m{k}c:Array(String)}}"
         value, zero = METRIC_VALUE.format(rendered.sql), METRIC_VALUE.format("0")
-        columns.append(f"sum(if({in_metric}, {value}, {zero}))")
+        columns.append(f"sumIf(if({in_metric}, {value}, {zero}), {in_metric})")
         metric_column[expression] = k
+    pair = (
+        f"toUInt64(transform({_CONTRACT}, {{contracts:Array(String)}}, {{contract_keys:Array(UInt32)}}, 0)) "
+        f"* {{tenant_span:UInt64}} + transform({_TENANT}, {{tenants:Array(String)}}, "
+        "{tenant_keys:Array(UInt32)}, 0)"
+    )
+    group = f"(({pair}) * {{segment_span:UInt64}} + {segment}) * {STATES} + {state} AS usage_group"
+    derived = (
+        f"intDiv(usage_group, {STATES}) % {{segment_span:UInt64}} AS segment, "
+        f"intDiv(usage_group, {STATES} * {{segment_span:UInt64}}) AS pair, "
+        f"usage_group % {STATES} AS state, "
+        "{contracts:Array(String)}[intDiv(pair, {tenant_span:UInt64})] AS contract, "
+        "{tenants:Array(String)}[pair % {tenant_span:UInt64}] AS tenant"
+    )
     sql = (
         f"WITH {disputed} AS disputed, {paused} AS paused "  # noqa: S608
-        "SELECT tenant, contract, count() AS records, "
-        "countIf(disputed) AS by_dispute, countIf(paused AND NOT disputed) AS by_pause, "
+        f"SELECT {group}, {derived}, "
         + ", ".join(columns)
-        + f", {segment} FROM {query.RECORDS} "
-        "WHERE tenant IN {tenants:Array(String)} AND contract IN {contracts:Array(String)} "
-        f"AND {in_period} GROUP BY tenant, contract, segment"
+        + f" FROM {query.RECORDS} WHERE {in_period} "
+        + (_NAMED if len(contracts) < PRUNE_BELOW else "")
+        + "GROUP BY tenant, contract, segment, usage_group"
     )
     return sql, params, metric_column
 
 
-_FIRST_AGGREGATE = 5  # after tenant, contract, records, by_dispute, by_pause
+# Below this many contracts the query names their tenants and contracts in WHERE, so the primary key
+# (tenant, contract, …) skips the other records. An invoice run's contracts have about all of the
+# period's records, and there the condition only costs (a third of the query over 10M records).
+# Records of contracts or tenants not asked for fall in groups at position 0, which usage_rows drops.
+PRUNE_BELOW = 64
+_NAMED = f"AND {_TENANT} IN {{tenants:Array(String)}} AND {_CONTRACT} IN {{contracts:Array(String)}} "
+
+# A group's record state (the key's last digit, base STATES): billable (ok, not excluded), not ok,
+# left out by a dispute, left out by a pause (and no dispute).
+STATES, BILLABLE, DISPUTED_STATE, PAUSED_STATE = 4, 0, 2, 3
+if AGGREGATE_SQL[AGGREGATED_DIMENSIONS[0]] != "count()":
+    raise RuntimeError("usage_rows counts a group's records with its first aggregate, count()")
+_FIRST_AGGREGATE = 6  # after usage_group, segment, pair, state, contract, tenant
 
 
 def usage_rows(
@@ -172,19 +220,42 @@ def usage_rows(
     group's tenant may differ from its contract's: the caller keeps only the contract's own."""
     sql, params, metric_column = usage_sql(contracts, start, end, excluded)
     first_metric = _FIRST_AGGREGATE + len(AGGREGATED_DIMENSIONS)
-    return [
-        UsageRow(
-            row[0],
-            row[1],
-            int(row[-1]),
-            int(row[2]),
-            int(row[3]),
-            int(row[4]),
-            {d: int(row[_FIRST_AGGREGATE + k] or 0) for k, d in enumerate(AGGREGATED_DIMENSIONS)},
-            {e: Decimal(row[first_metric + k] or 0) for e, k in metric_column.items()},
+    counts: dict[tuple[str, str, int], list[int]] = {}
+    billable: dict[tuple[str, str, int], tuple[Any, ...]] = {}
+    for row in query.select(sql, params):
+        _, segment, _pair, state, contract, tenant = row[:_FIRST_AGGREGATE]
+        if not contract or not tenant:  # at position 0: a record of a contract or tenant not asked for
+            continue
+        key = (tenant, contract, int(segment))
+        found = counts.setdefault(key, [0, 0, 0])
+        records = int(row[_FIRST_AGGREGATE])
+        found[0] += records
+        if state == DISPUTED_STATE:
+            found[1] += records
+        elif state == PAUSED_STATE:
+            found[2] += records
+        elif state == BILLABLE:
+            billable[key] = row
+    rows = []
+    for key, (records, by_dispute, by_pause) in counts.items():
+        sums = billable.get(key)
+        rows.append(
+            UsageRow(
+                *key,
+                records,
+                by_dispute,
+                by_pause,
+                {
+                    d: int(sums[_FIRST_AGGREGATE + k] or 0) if sums else 0
+                    for k, d in enumerate(AGGREGATED_DIMENSIONS)
+                },
+                {
+                    e: Decimal(sums[first_metric + k] or 0) if sums else Decimal(0)
+                    for e, k in metric_column.items()
+                },
+            )
         )
-        for row in query.select(sql, params)
-    ]
+    return rows
 
 
 class LayerTimes(NamedTuple):
