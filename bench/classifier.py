@@ -1,0 +1,68 @@
+"""L1's semantic classifier: decision latency (p50/p99) and held-out accuracy.
+
+    .venv/bin/python bench/classifier.py [--bundle BUNDLE.json] [--n 1000]
+
+Without ``--bundle`` a bundle is trained first (``compute_agents.classifier.train``) into a temporary
+directory. Each decision is one ``DomainClassifier.classify`` (tokenise, ONNX encoder on one thread,
+softmax head) over the held-out prompts in turn.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import numpy as np
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from compute_agents.classifier import DomainClassifier
+from compute_agents.classifier.train import load_examples, train_bundle
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--bundle", type=Path, default=None)
+    parser.add_argument("--n", type=int, default=1000)
+    args = parser.parse_args()
+    with tempfile.TemporaryDirectory() as scratch:
+        bundle = args.bundle
+        if bundle is None:
+            bundle = Path(scratch) / "bundle.json"
+            started = time.perf_counter()
+            train_bundle(None, bundle)
+            print(f"trained a bundle in {time.perf_counter() - started:.1f} s")
+        spec = json.loads(bundle.read_bytes())["classifier"]
+        classifier = DomainClassifier.from_spec(spec, bundle.parent)
+        test = [e for e in load_examples() if e.split == "test"]
+        for example in test[:20]:  # warm-up
+            classifier.classify(example.text)
+        timings, hits, confident = [], [], []
+        for i in range(args.n):
+            example = test[i % len(test)]
+            started = time.perf_counter_ns()
+            decision = classifier.classify(example.text)
+            timings.append(time.perf_counter_ns() - started)
+            if i < len(test):
+                hits.append((example.lang, decision.domain == example.domain))
+                confident.append(decision.confidence >= classifier.threshold)
+    us = np.asarray(timings) / 1000
+    print(
+        f"decisions: {args.n} over {len(test)} held-out prompts, max_length {spec['max_length']}, one thread"
+    )
+    print(
+        f"latency p50 {np.percentile(us, 50):.0f} µs, p99 {np.percentile(us, 99) / 1000:.2f} ms, "
+        f"max {us.max() / 1000:.2f} ms"
+    )
+    print(f"held-out accuracy {np.mean([h for _, h in hits]):.4f}", end="")
+    for lang in sorted({lang for lang, _ in hits}):
+        print(f", {lang} {np.mean([h for la, h in hits if la == lang]):.4f}", end="")
+    print(f"; at or above threshold {classifier.threshold}: {np.mean(confident):.1%}")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,150 @@
+"""Decision time: the ONNX encoder run by onnxruntime, the bundle's softmax head. No torch here.
+
+Determinism: the text is tokenised by the bundled ``tokenizer.json`` truncated and padded to exactly
+``max_length`` tokens, so every input has the same shape; the session runs on one thread, sequentially,
+and the head's arithmetic is numpy float64 on the encoder's float32 output. The same text gives the
+same domain and the same confidence, bit for bit.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import numpy.typing as npt
+
+DEFAULT_THRESHOLD = 0.85
+
+
+class ClassifierError(ValueError):
+    """The classifier section of a rules bundle, or its encoder files, cannot be used."""
+
+
+@dataclass(frozen=True)
+class Classification:
+    domain: str
+    confidence: float
+
+
+def file_sha256(path: Path) -> str:
+    digest = hashlib.sha256()
+    with path.open("rb") as handle:
+        for block in iter(lambda: handle.read(1 << 20), b""):
+            digest.update(block)
+    return digest.hexdigest()
+
+
+def _pinned(base: Path, name: Any, sha256: Any, what: str) -> Path:
+    if not isinstance(name, str) or not isinstance(sha256, str):
+        raise ClassifierError(f"classifier: {what} file name and sha256 must be strings")
+    path = base / name
+    if not path.is_file():
+        raise ClassifierError(f"classifier: {what} file {path} not found")
+    actual = file_sha256(path)
+    if actual != sha256:
+        raise ClassifierError(
+            f"classifier: {what} file {path} has sha256 {actual}, the bundle pins {sha256}; "
+            "retrain the bundle (python -m compute_agents.classifier train) or restore the file"
+        )
+    return path
+
+
+class Encoder:
+    """all-MiniLM-L6-v2 as ONNX: fixed-length tokens in, a mean-pooled, L2-normalised float32 vector out."""
+
+    def __init__(self, onnx_path: Path, tokenizer_path: Path, max_length: int) -> None:
+        import onnxruntime as ort
+        from tokenizers import Tokenizer
+
+        if max_length < 8 or max_length > 512:
+            raise ClassifierError(f"classifier: max_length {max_length} outside 8..512")
+        self.max_length = max_length
+        self.tokenizer = Tokenizer.from_file(str(tokenizer_path))
+        self.tokenizer.enable_truncation(max_length=max_length)
+        self.tokenizer.enable_padding(length=max_length, pad_id=0, pad_type_id=0, pad_token="[PAD]")  # noqa: S106
+        options = ort.SessionOptions()
+        options.intra_op_num_threads = 1
+        options.inter_op_num_threads = 1
+        options.execution_mode = ort.ExecutionMode.ORT_SEQUENTIAL
+        options.log_severity_level = 3
+        try:
+            self.session = ort.InferenceSession(str(onnx_path), options, providers=["CPUExecutionProvider"])
+        except Exception as error:  # onnxruntime raises its own exception types
+            raise ClassifierError(f"classifier: cannot load encoder {onnx_path}: {error}") from None
+
+    @staticmethod
+    def normalise(text: str) -> str:
+        """Whitespace runs become one space; the tokenizer lower-cases and cleans the rest."""
+        return " ".join(text.split())
+
+    def embed(self, text: str) -> npt.NDArray[np.float32]:
+        encoding = self.tokenizer.encode(self.normalise(text))
+        ids = np.asarray([encoding.ids], dtype=np.int64)
+        mask = np.asarray([encoding.attention_mask], dtype=np.int64)
+        (vector,) = self.session.run(["embedding"], {"input_ids": ids, "attention_mask": mask})
+        return np.asarray(vector[0], dtype=np.float32)
+
+    def embed_many(self, texts: list[str]) -> npt.NDArray[np.float32]:
+        return np.stack([self.embed(text) for text in texts]) if texts else np.zeros((0, 384), np.float32)
+
+
+def softmax(logits: npt.NDArray[np.float64]) -> npt.NDArray[np.float64]:
+    shifted = logits - logits.max(axis=-1, keepdims=True)
+    exp = np.exp(shifted)
+    return np.asarray(exp / exp.sum(axis=-1, keepdims=True), dtype=np.float64)
+
+
+class DomainClassifier:
+    """The domain of a prompt and the head's softmax confidence; below ``threshold`` L2 confirms."""
+
+    def __init__(
+        self,
+        encoder: Encoder,
+        labels: tuple[str, ...],
+        weights: npt.NDArray[np.float64],
+        bias: npt.NDArray[np.float64],
+        threshold: float,
+    ) -> None:
+        if weights.shape != (len(labels), weights.shape[1]) or bias.shape != (len(labels),):
+            raise ClassifierError("classifier: weights must be labels × dimension and bias one per label")
+        self.encoder = encoder
+        self.labels = labels
+        self.weights = weights
+        self.bias = bias
+        self.threshold = threshold
+
+    @classmethod
+    def from_spec(cls, spec: dict[str, Any], base: Path) -> DomainClassifier:
+        """``spec`` is a rules bundle's ``classifier`` section; file names are relative to ``base``."""
+        if not isinstance(spec, dict):
+            raise ClassifierError("classifier: the section must be a JSON object")
+        try:
+            labels = tuple(str(label) for label in spec["labels"])
+            weights = np.asarray(spec["weights"], dtype=np.float64)
+            bias = np.asarray(spec["bias"], dtype=np.float64)
+            threshold = float(spec["threshold"])
+            max_length = int(spec["max_length"])
+            encoder_name, encoder_sha = spec["encoder"], spec["encoder_sha256"]
+            tokenizer_name, tokenizer_sha = spec["tokenizer"], spec["tokenizer_sha256"]
+        except (KeyError, TypeError, ValueError) as error:
+            raise ClassifierError(f"classifier: bad section: {error!r}") from None
+        if len(labels) < 2 or len(set(labels)) != len(labels):
+            raise ClassifierError("classifier: at least two distinct labels are needed")
+        if weights.ndim != 2 or not 0.0 < threshold <= 1.0:
+            raise ClassifierError("classifier: weights must be a matrix and threshold in (0, 1]")
+        onnx_path = _pinned(base, encoder_name, encoder_sha, "encoder")
+        tokenizer_path = _pinned(base, tokenizer_name, tokenizer_sha, "tokenizer")
+        encoder = Encoder(onnx_path, tokenizer_path, max_length)
+        return cls(encoder, labels, weights, bias, threshold)
+
+    def probabilities(self, text: str) -> npt.NDArray[np.float64]:
+        vector = self.encoder.embed(text).astype(np.float64)
+        return softmax(self.weights @ vector + self.bias)
+
+    def classify(self, text: str) -> Classification:
+        probs = self.probabilities(text)
+        best = int(np.argmax(probs))
+        return Classification(domain=self.labels[best], confidence=float(probs[best]))
