@@ -151,11 +151,8 @@ class TinySizes:
 
 
 def sha3_file(path: Path) -> str:
-    digest = hashlib.sha3_256()
     with path.open("rb") as handle:
-        for chunk in iter(lambda: handle.read(1 << 20), b""):
-            digest.update(chunk)
-    return digest.hexdigest()
+        return hashlib.file_digest(handle, "sha3_256").hexdigest()
 
 
 def expert_file(directory: Path, layer: int, expert: int) -> Path:

@@ -15,6 +15,8 @@ from typing import Any
 
 import numpy as np
 import numpy.typing as npt
+import onnxruntime as ort
+from tokenizers import Tokenizer
 
 DEFAULT_THRESHOLD = 0.85
 
@@ -30,11 +32,8 @@ class Classification:
 
 
 def file_sha256(path: Path) -> str:
-    digest = hashlib.sha256()
     with path.open("rb") as handle:
-        for block in iter(lambda: handle.read(1 << 20), b""):
-            digest.update(block)
-    return digest.hexdigest()
+        return hashlib.file_digest(handle, "sha256").hexdigest()
 
 
 def _pinned(base: Path, name: Any, sha256: Any, what: str) -> Path:
@@ -56,9 +55,6 @@ class Encoder:
     """all-MiniLM-L6-v2 as ONNX: fixed-length tokens in, a mean-pooled, L2-normalised float32 vector out."""
 
     def __init__(self, onnx_path: Path, tokenizer_path: Path, max_length: int) -> None:
-        import onnxruntime as ort
-        from tokenizers import Tokenizer
-
         if max_length < 8 or max_length > 512:
             raise ClassifierError(f"classifier: max_length {max_length} outside 8..512")
         self.max_length = max_length
