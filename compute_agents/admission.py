@@ -43,6 +43,22 @@ def seconds_to_next_month(now_ns: int) -> int:
     return max(1, int(following.timestamp() - now_ns / 1e9))
 
 
+def entitlement_for(entitlements: EntitlementStore, authorization: str | None) -> Entitlement:
+    """The active entitlement of the request's bearer key, from the signed snapshot; refused (no record)
+    when the snapshot is stale or the key unknown or not active. The agent and the router both use it."""
+    if entitlements.stale():
+        raise ApiError(503, "server_error", "entitlements_stale", "The agent cannot reach the platform.")
+    scheme, _, token = (authorization or "").partition(" ")
+    entitlement = entitlements.lookup(token.strip()) if scheme.lower() == "bearer" else None
+    if entitlement is None:
+        raise ApiError(401, "invalid_request_error", "invalid_api_key", "Incorrect API key provided.")
+    if entitlement.status != "active":
+        raise ApiError(
+            403, "invalid_request_error", "api_key_" + entitlement.status, "This API key may not be used."
+        )
+    return entitlement
+
+
 class Admission:
     def __init__(
         self, engine: Engine, spool: Spool, entitlements: EntitlementStore, rules: Rules, quota: Quota
@@ -57,17 +73,7 @@ class Admission:
         """The key's entitlement; refused (no record) when the agent cannot serve or the key may not."""
         if self.spool.full():
             raise ApiError(503, "server_error", "spool_full", self.spool.full_message())
-        if self.entitlements.stale():
-            raise ApiError(503, "server_error", "entitlements_stale", "The agent cannot reach the platform.")
-        scheme, _, token = (authorization or "").partition(" ")
-        entitlement = self.entitlements.lookup(token.strip()) if scheme.lower() == "bearer" else None
-        if entitlement is None:
-            raise ApiError(401, "invalid_request_error", "invalid_api_key", "Incorrect API key provided.")
-        if entitlement.status != "active":
-            raise ApiError(
-                403, "invalid_request_error", "api_key_" + entitlement.status, "This API key may not be used."
-            )
-        return entitlement
+        return entitlement_for(self.entitlements, authorization)
 
     def admit(self, route: str, entitlement: Entitlement, body: Any, now_ns: int) -> Admitted:
         """Parse, rules, model, context, path, quota reservation; a refusal raises ApiError (the caller

@@ -1,0 +1,213 @@
+"""The router's view of its executors: who registered, whether they are healthy, how loaded they are,
+and a circuit breaker each. Nothing here does I/O; the router's HTTP layer feeds it heartbeats and
+outcomes, and asks it for an executor (power of two choices on outstanding requests).
+
+A heartbeat is an executor's signed report (see ``heartbeat.py``): its URL, subtree, model, outstanding
+requests and the experts it holds resident. An executor whose last heartbeat is older than
+``stale_after_s`` is not chosen. The breaker opens after ``BREAKER_FAILURES`` consecutive failures or
+timeouts; after ``cooldown_s`` one request may probe it (half-open): success closes it, failure
+opens it again.
+"""
+
+from __future__ import annotations
+
+import random
+import threading
+import time
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field
+from typing import Any
+
+BREAKER_FAILURES = 3
+CLOSED, OPEN, HALF_OPEN = "closed", "open", "half_open"
+
+
+class HeartbeatError(ValueError):
+    """A heartbeat that cannot be used (the router answers 400 with the reason)."""
+
+
+@dataclass(frozen=True)
+class Heartbeat:
+    executor: str  # the executor's agent id
+    url: str
+    subtree: str
+    model_id: str
+    weights_sha3: str
+    served_names: tuple[str, ...]
+    outstanding: int
+    resident: dict[int, tuple[int, ...]]  # layer → experts held resident
+
+    @classmethod
+    def parse(cls, body: Any) -> Heartbeat:
+        if not isinstance(body, dict):
+            raise HeartbeatError("a heartbeat is a JSON object")
+        try:
+            resident = {
+                int(layer): tuple(int(e) for e in experts) for layer, experts in body["resident"].items()
+            }
+            beat = cls(
+                executor=_text(body["executor"]),
+                url=_text(body["url"]).rstrip("/"),
+                subtree=_text(body.get("subtree", "default")),
+                model_id=_text(body["model_id"]),
+                weights_sha3=_text(body["weights_sha3"]),
+                served_names=tuple(_text(name) for name in body["served_names"]),
+                outstanding=int(body["outstanding"]),
+                resident=resident,
+            )
+        except (KeyError, TypeError, ValueError, AttributeError) as error:
+            raise HeartbeatError(f"bad heartbeat: {error!r}") from None
+        if not beat.url.startswith(("http://", "https://")) or beat.outstanding < 0:
+            raise HeartbeatError("bad heartbeat: url must be http(s) and outstanding non-negative")
+        return beat
+
+
+def _text(value: Any) -> str:
+    if not isinstance(value, str) or not 0 < len(value) <= 256:
+        raise ValueError(f"expected a non-empty string of at most 256 characters, got {value!r}")
+    return value
+
+
+@dataclass
+class Breaker:
+    cooldown_s: float
+    state: str = CLOSED
+    failures: int = 0
+    opened_at: float = 0.0
+    probing: bool = False
+
+    def allows(self, now: float) -> bool:
+        """May a request go to this executor now? In half-open, only one probe at a time."""
+        if self.state == OPEN and now - self.opened_at >= self.cooldown_s:
+            self.state = HALF_OPEN
+        if self.state == CLOSED:
+            return True
+        return self.state == HALF_OPEN and not self.probing
+
+    def begin(self) -> None:
+        if self.state == HALF_OPEN:
+            self.probing = True
+
+    def succeeded(self) -> None:
+        self.state, self.failures, self.probing = CLOSED, 0, False
+
+    def failed(self, now: float) -> None:
+        self.failures += 1
+        self.probing = False
+        if self.state == HALF_OPEN or self.failures >= BREAKER_FAILURES:
+            self.state, self.opened_at = OPEN, now
+
+
+@dataclass
+class Executor:
+    beat: Heartbeat
+    seen_at: float
+    breaker: Breaker
+    inflight: int = 0  # requests this router has sent and not yet seen finish
+    served: int = 0
+    failures: int = 0
+
+    @property
+    def load(self) -> int:
+        return max(self.inflight, self.beat.outstanding)
+
+
+@dataclass
+class Registry:
+    stale_after_s: float = 3.0
+    cooldown_s: float = 2.0
+    clock: Callable[[], float] = time.monotonic
+    rng: random.Random = field(default_factory=random.Random)
+    executors: dict[str, Executor] = field(default_factory=dict)
+    lock: threading.Lock = field(default_factory=threading.Lock)
+
+    def heartbeat(self, beat: Heartbeat) -> None:
+        with self.lock:
+            known = self.executors.get(beat.executor)
+            if known is None:
+                self.executors[beat.executor] = Executor(beat, self.clock(), Breaker(self.cooldown_s))
+            else:
+                known.beat, known.seen_at = beat, self.clock()
+
+    def healthy(self, subtree: str, model: str, exclude: Iterable[str] = ()) -> list[Executor]:
+        """Executors of ``subtree`` serving ``model`` with a fresh heartbeat whose breaker lets a
+        request through."""
+        now, skipped = self.clock(), set(exclude)
+        with self.lock:
+            return [
+                e
+                for name, e in self.executors.items()
+                if name not in skipped
+                and e.beat.subtree == subtree
+                and model in e.beat.served_names
+                and now - e.seen_at <= self.stale_after_s
+                and e.breaker.allows(now)
+            ]
+
+    def choose(self, subtree: str, model: str, exclude: Iterable[str] = ()) -> Executor | None:
+        """Power of two choices: of two healthy executors drawn at random, the less loaded; the
+        request is counted in flight on it until ``finished``."""
+        candidates = self.healthy(subtree, model, exclude)
+        if not candidates:
+            return None
+        pair = self.rng.sample(candidates, 2) if len(candidates) > 1 else candidates
+        chosen = min(pair, key=lambda e: e.load)
+        with self.lock:
+            chosen.breaker.begin()
+            chosen.inflight += 1
+        return chosen
+
+    def finished(self, executor: Executor, *, ok: bool) -> None:
+        with self.lock:
+            executor.inflight -= 1
+            if ok:
+                executor.served += 1
+                executor.breaker.succeeded()
+            else:
+                executor.failures += 1
+                executor.breaker.failed(self.clock())
+
+    def released(self, executor: Executor) -> None:
+        """The request ended without telling anything about the executor's health (the client left)."""
+        with self.lock:
+            executor.inflight -= 1
+            executor.breaker.probing = False
+
+    def model_card(self, model: str) -> Heartbeat | None:
+        """The last heartbeat of any executor serving ``model`` (healthy or not): what the router's own
+        records name as the model."""
+        with self.lock:
+            return next((e.beat for e in self.executors.values() if model in e.beat.served_names), None)
+
+    def served_names(self) -> list[str]:
+        now = self.clock()
+        with self.lock:
+            names = {
+                name
+                for e in self.executors.values()
+                if now - e.seen_at <= self.stale_after_s
+                for name in e.beat.served_names
+            }
+        return sorted(names)
+
+    def snapshot(self) -> list[dict[str, Any]]:
+        """What ``GET /tree/executors`` shows."""
+        now = self.clock()
+        with self.lock:
+            return [
+                {
+                    "executor": name,
+                    "url": e.beat.url,
+                    "subtree": e.beat.subtree,
+                    "model_id": e.beat.model_id,
+                    "healthy": now - e.seen_at <= self.stale_after_s and e.breaker.state != OPEN,
+                    "breaker": e.breaker.state,
+                    "heartbeat_age_s": round(now - e.seen_at, 3),
+                    "outstanding": e.beat.outstanding,
+                    "inflight": e.inflight,
+                    "served": e.served,
+                    "failures": e.failures,
+                    "resident": {str(layer): list(experts) for layer, experts in e.beat.resident.items()},
+                }
+                for name, e in sorted(self.executors.items())
+            ]

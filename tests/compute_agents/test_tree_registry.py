@@ -1,0 +1,165 @@
+"""The router's registry of executors: heartbeats, staleness, power of two choices and the breaker."""
+
+from __future__ import annotations
+
+import random
+from typing import Any
+
+import pytest
+
+from compute_agents.tree.registry import (
+    CLOSED,
+    HALF_OPEN,
+    OPEN,
+    Heartbeat,
+    HeartbeatError,
+    Registry,
+)
+
+
+class Clock:
+    def __init__(self) -> None:
+        self.now = 100.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+def beat(executor: str, *, subtree: str = "default", outstanding: int = 0, **extra: Any) -> Heartbeat:
+    body = {
+        "executor": executor,
+        "url": f"http://127.0.0.1:1/{executor}/",
+        "subtree": subtree,
+        "model_id": "tiny-moe",
+        "weights_sha3": "ab" * 32,
+        "served_names": ["tiny-moe"],
+        "outstanding": outstanding,
+        "resident": {"0": [3, 1], "1": []},
+        **extra,
+    }
+    return Heartbeat.parse(body)
+
+
+@pytest.fixture
+def clock() -> Clock:
+    return Clock()
+
+
+@pytest.fixture
+def registry(clock: Clock) -> Registry:
+    return Registry(stale_after_s=3.0, cooldown_s=2.0, clock=clock, rng=random.Random(7))
+
+
+def test_heartbeat_parses_and_normalises() -> None:
+    parsed = beat("ex-1")
+    assert parsed.url == "http://127.0.0.1:1/ex-1"
+    assert parsed.resident == {0: (3, 1), 1: ()}
+    bads: list[Any] = [
+        {"executor": "x"},
+        [],
+        {**_body("x"), "outstanding": -1},
+        {**_body("x"), "url": "ftp://h"},
+    ]
+    for bad in bads:
+        with pytest.raises(HeartbeatError):
+            Heartbeat.parse(bad)
+
+
+def _body(executor: str) -> dict[str, Any]:
+    return {
+        "executor": executor,
+        "url": "http://h",
+        "model_id": "m",
+        "weights_sha3": "0" * 64,
+        "served_names": ["m"],
+        "outstanding": 0,
+        "resident": {},
+    }
+
+
+def test_only_fresh_executors_of_the_subtree_serving_the_model_are_healthy(
+    registry: Registry, clock: Clock
+) -> None:
+    registry.heartbeat(beat("ex-1"))
+    registry.heartbeat(beat("ex-2", subtree="batch"))
+    assert [e.beat.executor for e in registry.healthy("default", "tiny-moe")] == ["ex-1"]
+    assert registry.healthy("default", "other-model") == []
+    clock.now += 3.5  # ex-1 missed its heartbeats
+    assert registry.healthy("default", "tiny-moe") == []
+    assert registry.choose("default", "tiny-moe") is None
+    registry.heartbeat(beat("ex-1"))
+    assert registry.choose("default", "tiny-moe") is not None
+
+
+def test_power_of_two_choices_picks_the_less_loaded(registry: Registry) -> None:
+    registry.heartbeat(beat("busy", outstanding=9))
+    registry.heartbeat(beat("idle", outstanding=0))
+    chosen = [registry.choose("default", "tiny-moe") for _ in range(20)]
+    assert all(e is not None for e in chosen)
+    # With two candidates both are always drawn, so the less loaded wins until its in-flight count
+    # (the router's own view) passes the busy one's reported load.
+    names = [e.beat.executor for e in chosen if e is not None]
+    assert names[:9] == ["idle"] * 9
+    assert names.count("busy") >= 5
+    assert registry.executors["idle"].inflight + registry.executors["busy"].inflight == 20
+
+
+def test_choose_skips_executors_already_tried(registry: Registry) -> None:
+    registry.heartbeat(beat("ex-1"))
+    registry.heartbeat(beat("ex-2"))
+    first = registry.choose("default", "tiny-moe")
+    assert first is not None
+    second = registry.choose("default", "tiny-moe", exclude=[first.beat.executor])
+    assert second is not None and second.beat.executor != first.beat.executor
+    assert registry.choose("default", "tiny-moe", exclude=["ex-1", "ex-2"]) is None
+
+
+def test_three_failures_open_the_breaker_and_a_half_open_probe_closes_it(
+    registry: Registry, clock: Clock
+) -> None:
+    registry.heartbeat(beat("ex-1"))
+    executor = registry.executors["ex-1"]
+    for _ in range(2):
+        chosen = registry.choose("default", "tiny-moe")
+        assert chosen is executor
+        registry.finished(executor, ok=False)
+    assert executor.breaker.state == CLOSED
+    registry.finished(registry.choose("default", "tiny-moe"), ok=False)  # type: ignore[arg-type]
+    assert executor.breaker.state == OPEN
+    assert registry.choose("default", "tiny-moe") is None
+
+    clock.now += 2.5  # the cooldown is over: one probe may go
+    registry.heartbeat(beat("ex-1"))
+    probe = registry.choose("default", "tiny-moe")
+    assert probe is executor and executor.breaker.state == HALF_OPEN
+    assert registry.choose("default", "tiny-moe") is None  # only one probe at a time
+    registry.finished(executor, ok=False)  # the probe failed: open again
+    assert executor.breaker.state == OPEN
+
+    clock.now += 2.5
+    registry.heartbeat(beat("ex-1"))
+    probe = registry.choose("default", "tiny-moe")
+    assert probe is executor
+    registry.finished(executor, ok=True)
+    assert executor.breaker.state == CLOSED and executor.breaker.failures == 0
+    assert executor.inflight == 0 and executor.served == 1 and executor.failures == 4
+
+
+def test_a_success_resets_the_consecutive_count(registry: Registry) -> None:
+    registry.heartbeat(beat("ex-1"))
+    executor = registry.executors["ex-1"]
+    for ok in (False, False, True, False, False):
+        registry.choose("default", "tiny-moe")
+        registry.finished(executor, ok=ok)
+    assert executor.breaker.state == CLOSED
+
+
+def test_snapshot_and_model_card(registry: Registry, clock: Clock) -> None:
+    registry.heartbeat(beat("ex-1", outstanding=2))
+    clock.now += 10
+    card = registry.model_card("tiny-moe")
+    assert card is not None and card.weights_sha3 == "ab" * 32  # remembered while stale
+    assert registry.served_names() == []  # but not offered
+    (row,) = registry.snapshot()
+    assert row["executor"] == "ex-1" and row["healthy"] is False and row["outstanding"] == 2
+    assert row["resident"] == {"0": [3, 1], "1": []}
