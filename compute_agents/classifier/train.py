@@ -29,6 +29,7 @@ from compute_agents.classifier.model import (
     file_sha256,
     softmax,
 )
+from compute_agents.default_rules import DEFAULT_RULES
 
 DATA_PATH = Path(__file__).resolve().parent / "data" / "prompts.jsonl"
 ENCODER_FILE = "all-MiniLM-L6-v2.int8.onnx"
@@ -257,10 +258,8 @@ def canonical_bundle(rules: dict[str, Any], section: dict[str, Any]) -> bytes:
 
 
 def read_rules(path: Path | None) -> dict[str, Any]:
-    """The rules JSON (router.DEFAULT_RULES without ``path``), checked for the router's sections."""
+    """The rules JSON (DEFAULT_RULES without ``path``), checked for the router's sections."""
     if path is None:
-        from compute_agents.router import DEFAULT_RULES
-
         return copy.deepcopy(DEFAULT_RULES)
     try:
         rules = json.loads(path.read_bytes())

@@ -27,7 +27,7 @@ from compute_agents.classifier.train import (
     train_bundle,
     train_head,
 )
-from compute_agents.router import Rules
+from compute_agents.router import Rules, RulesError
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -70,7 +70,7 @@ def test_bundle_is_canonical_and_names_l1(trained: Trained, classifier: DomainCl
     assert (
         raw == json.dumps(json.loads(raw), sort_keys=True, separators=(",", ":"), ensure_ascii=False).encode()
     )
-    rules = Rules(raw)  # the router's rules sections are intact
+    rules = Rules(raw, trained.bundle_path.parent)  # the router's rules sections are intact
     assert rules.sha256 == trained.bundle_sha256 == hashlib.sha256(raw).hexdigest()
     assert rules.node == f"l1.{trained.bundle_sha256[:16]}"
     assert classifier.threshold == 0.85
@@ -100,7 +100,7 @@ def test_bundle_hash_changes_when_head_changes(trained: Trained, classifier: Dom
 
     default = bundle(1e-4)
     assert default == trained.bundle_path.read_bytes()  # training is deterministic
-    assert Rules(bundle(1e-2)).sha256 != Rules(default).sha256
+    assert Rules(bundle(1e-2), base).sha256 != Rules(default, base).sha256
 
 
 def test_mismatched_encoder_refused(trained: Trained, tmp_path: Path) -> None:
@@ -156,3 +156,44 @@ def test_deciding_needs_no_torch(trained: Trained) -> None:
     )
     assert result.returncode == 0, result.stderr
     assert result.stdout.strip() == "code_assistance"
+
+
+def test_rules_decide_by_domain_and_confirm_below_threshold(trained: Trained, tmp_path: Path) -> None:
+    """The bundle's policy by domain picks the subtree and path; a decision under the threshold goes
+    through L2 and says so; the same text decides the same way 100 times."""
+    spec = json.loads(trained.bundle_path.read_bytes())
+    spec["policy"] = [
+        {
+            "domain": "contract_review",
+            "package": "*",
+            "sla_class": "*",
+            "path": ["L1", "L3", "L1"],
+            "subtree": "legal",
+        },
+        {"package": "*", "sla_class": "*", "path": ["L1", "L3", "L1"]},
+    ]
+    for name in ("encoder", "tokenizer"):
+        shutil.copy(
+            trained.bundle_path.parent / spec["classifier"][name], tmp_path / spec["classifier"][name]
+        )
+    path = tmp_path / "rules.json"
+    path.write_text(json.dumps(spec))
+    rules = Rules.load(path)
+    text = "Review the indemnification clause in this supply agreement."
+    first = rules.decide(text, "pkg", "gold")
+    assert first.domain == "contract_review" and first.subtree == "legal"
+    assert first.confidence is not None
+    confident = first.confidence >= 0.85
+    assert first.l2_confirmation is not confident
+    assert first.path == (("L1", "L3", "L1") if confident else ("L1", "L2", "L3", "L1"))
+    assert all(rules.decide(text, "pkg", "gold") == first for _ in range(100))
+
+    spec["classifier"]["threshold"] = 1.0  # nothing is that sure: every decision is confirmed by L2
+    path.write_text(json.dumps(spec))
+    unsure = Rules.load(path).decide(text, "pkg", "gold")
+    assert unsure.l2_confirmation and unsure.path == ("L1", "L2", "L3", "L1") and unsure.subtree == "legal"
+
+    spec["policy"][0]["domain"] = "astrology"
+    path.write_text(json.dumps(spec))
+    with pytest.raises(RulesError, match="unknown domain 'astrology'; the classifier's labels are"):
+        Rules.load(path)
