@@ -132,30 +132,34 @@ class Registry:
     def healthy(self, subtree: str, model: str, exclude: Iterable[str] = ()) -> list[Executor]:
         """Executors of ``subtree`` serving ``model`` with a fresh heartbeat whose breaker lets a
         request through."""
-        now, skipped = self.clock(), set(exclude)
         with self.lock:
-            return [
-                e
-                for name, e in self.executors.items()
-                if name not in skipped
-                and e.beat.subtree == subtree
-                and model in e.beat.served_names
-                and now - e.seen_at <= self.stale_after_s
-                and e.breaker.allows(now)
-            ]
+            return self._healthy(subtree, model, set(exclude))
+
+    def _healthy(self, subtree: str, model: str, skipped: set[str]) -> list[Executor]:
+        now = self.clock()
+        return [
+            e
+            for name, e in self.executors.items()
+            if name not in skipped
+            and e.beat.subtree == subtree
+            and model in e.beat.served_names
+            and now - e.seen_at <= self.stale_after_s
+            and e.breaker.allows(now)
+        ]
 
     def choose(self, subtree: str, model: str, exclude: Iterable[str] = ()) -> Executor | None:
         """Power of two choices: of two healthy executors drawn at random, the less loaded; the
-        request is counted in flight on it until ``finished``."""
-        candidates = self.healthy(subtree, model, exclude)
-        if not candidates:
-            return None
-        pair = self.rng.sample(candidates, 2) if len(candidates) > 1 else candidates
-        chosen = min(pair, key=lambda e: e.load)
+        request is counted in flight on it until ``finished``. One lock over the whole choice, so two
+        requests cannot both take a half-open executor's single probe."""
         with self.lock:
+            candidates = self._healthy(subtree, model, set(exclude))
+            if not candidates:
+                return None
+            pair = self.rng.sample(candidates, 2) if len(candidates) > 1 else candidates
+            chosen = min(pair, key=lambda e: e.load)
             chosen.breaker.begin()
             chosen.inflight += 1
-        return chosen
+            return chosen
 
     def finished(self, executor: Executor, *, ok: bool) -> None:
         with self.lock:
