@@ -18,6 +18,8 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
+from ..router import DEFAULT_SUBTREE
+
 BREAKER_FAILURES = 3
 CLOSED, OPEN, HALF_OPEN = "closed", "open", "half_open"
 
@@ -48,7 +50,7 @@ class Heartbeat:
             beat = cls(
                 executor=_text(body["executor"]),
                 url=_text(body["url"]).rstrip("/"),
-                subtree=_text(body.get("subtree", "default")),
+                subtree=_text(body.get("subtree", DEFAULT_SUBTREE)),
                 model_id=_text(body["model_id"]),
                 weights_sha3=_text(body["weights_sha3"]),
                 served_names=tuple(_text(name) for name in body["served_names"]),
