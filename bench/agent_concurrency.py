@@ -4,8 +4,11 @@ at once, metering fully on and fully off, and their ratio at each level (goal >=
 The engine serves up to ``--workers`` requests at once on one model (each with its own routing capture
 and cache counts). On and off as in bench/agent_overhead.py: on is router capture, a v1 record per
 request committed to the fsync'd SQLite spool, and signed batches; off is the same engine and prompts
-with none of it. Each level runs ``--rounds`` rounds of on and off, alternating which goes first, after
-one warm-up round; each round sends every prompt once, spread over the clients.
+with none of it. Each level runs one warm-up round, then ``--rounds`` rounds; a round sends every prompt
+once, in waves of one prompt per client, and each wave runs off and on back to back (alternating which
+goes first), so drift and noise bursts hit both alike. Printed per level: the tokens/s ratio, the median
+ratio of same-wave pairs, and the metering work itself (counts, record, fsync'd spool commit after the
+forward passes), timed per request and as a share of the request's latency.
 
     .venv/bin/python bench/agent_concurrency.py [--clients 1,4,16] [--requests 32] [--max-tokens 32]
 """
@@ -14,6 +17,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import statistics
 import sys
 import tempfile
 import time
@@ -24,7 +28,7 @@ from typing import Any
 ROOT = Path(__file__).resolve().parents[1]
 sys.path[0:1] = [str(ROOT), str(ROOT / "bench")]
 
-from agent_overhead import prompts, serve_off, serve_on, ship  # noqa: E402
+from agent_overhead import METERING_NS, prompts, serve_off, serve_on, ship  # noqa: E402
 
 from compute_agents.checkpoint import TinySizes, create_tiny_model  # noqa: E402
 from compute_agents.engine import TorchEngine  # noqa: E402
@@ -32,11 +36,10 @@ from compute_agents.spool import Spool  # noqa: E402
 from treemeter_records import private_key_from_seed  # noqa: E402
 
 
-def one_round(clients: int, serve: Any, texts: list[str]) -> tuple[int, float]:
-    """Every prompt once over ``clients`` threads; (tokens, seconds)."""
+def one_wave(pool: ThreadPoolExecutor, serve: Any, texts: list[str]) -> tuple[int, float]:
+    """The prompts at once, one per client; (tokens, seconds)."""
     started = time.perf_counter()
-    with ThreadPoolExecutor(max_workers=clients) as pool:
-        tokens = sum(pool.map(serve, texts))
+    tokens = sum(pool.map(serve, texts))
     return tokens, time.perf_counter() - started
 
 
@@ -68,9 +71,12 @@ def main() -> None:
         key = private_key_from_seed(os.urandom(32))
         texts = prompts(args.requests)
         served = [0]
+        latency_ns: list[int] = []
 
         def on(text: str) -> int:
+            started = time.perf_counter_ns()
             tokens = serve_on(on_engine, spool, text, args.max_tokens)
+            latency_ns.append(time.perf_counter_ns() - started)
             served[0] += 1
             if served[0] % 10 == 0:
                 ship(spool, key)
@@ -85,19 +91,34 @@ def main() -> None:
             f"{args.requests} requests × {args.rounds} rounds per level, max_tokens {args.max_tokens}, "
             f"engine workers {args.workers}"
         )
-        print(f"{'clients':>7}  {'off tokens/s':>12}  {'on tokens/s':>11}  {'on/off':>6}")
+        print(
+            f"{'clients':>7}  {'off tokens/s':>12}  {'on tokens/s':>11}  {'on/off':>6}  {'median pair':>11}  "
+            f"{'metering ms/request':>19}  {'of latency':>10}"
+        )
         for clients in levels:
             totals = {"on": [0, 0.0], "off": [0, 0.0]}
-            for index in range(args.rounds + 1):  # round 0 warms up and is not counted
-                order = (("off", off), ("on", on)) if index % 2 == 0 else (("on", on), ("off", off))
-                for name, serve in order:
-                    tokens, seconds = one_round(clients, serve, texts)
-                    if index:
-                        totals[name][0] += tokens
-                        totals[name][1] += seconds
+            pair_ratios: list[float] = []  # off seconds / on seconds of the same wave of prompts
+            waves = [texts[i : i + clients] for i in range(0, len(texts), clients)]
+            with ThreadPoolExecutor(max_workers=clients) as pool:
+                for index in range(args.rounds + 1):  # round 0 warms up and is not counted
+                    if index == 1:
+                        del METERING_NS[:], latency_ns[:]
+                    for number, wave in enumerate(waves):
+                        pair = (("off", off), ("on", on))
+                        seconds: dict[str, float] = {}
+                        for name, serve in pair if (index + number) % 2 else pair[::-1]:
+                            tokens, seconds[name] = one_wave(pool, serve, wave)
+                            if index:
+                                totals[name][0] += tokens
+                                totals[name][1] += seconds[name]
+                        if index:
+                            pair_ratios.append(seconds["off"] / seconds["on"])
             rate = {name: tokens / seconds for name, (tokens, seconds) in totals.items()}
+            metering_ms = statistics.mean(METERING_NS) / 1e6
+            share = statistics.mean(METERING_NS) / statistics.mean(latency_ns)
             print(
-                f"{clients:>7}  {rate['off']:>12.1f}  {rate['on']:>11.1f}  {rate['on'] / rate['off']:>6.4f}"
+                f"{clients:>7}  {rate['off']:>12.1f}  {rate['on']:>11.1f}  {rate['on'] / rate['off']:>6.4f}  "
+                f"{statistics.median(pair_ratios):>11.4f}  {metering_ms:>19.2f}  {share:>9.2%}"
             )
 
 

@@ -58,6 +58,7 @@ def serve_off(engine: TorchEngine, text: str, max_tokens: int) -> int:
 def serve_on(engine: TorchEngine, spool: Spool, text: str, max_tokens: int) -> int:
     start_ns = time.time_ns()
     generation = engine.generate(text, SamplingParams(max_tokens, temperature=0.0))
+    metering_started = time.perf_counter_ns()
     experts = expert_counts(generation.routed, engine.num_experts)
 
     def build(seq: int) -> dict[str, Any]:
@@ -91,11 +92,14 @@ def serve_on(engine: TorchEngine, spool: Spool, text: str, max_tokens: int) -> i
 
     started = time.perf_counter_ns()
     spool.append(build)
-    SPOOL_NS.append(time.perf_counter_ns() - started)
+    ended = time.perf_counter_ns()
+    SPOOL_NS.append(ended - started)
+    METERING_NS.append(ended - metering_started)
     return generation.tokens_out
 
 
 SPOOL_NS: list[int] = []  # time of each fsync'd spool commit
+METERING_NS: list[int] = []  # per request, the metering work after the forward passes (counts, record, spool)
 
 
 def ship(spool: Spool, key: Any) -> None:
