@@ -75,9 +75,16 @@ class Admission:
             raise ApiError(503, "server_error", "spool_full", self.spool.full_message())
         return entitlement_for(self.entitlements, authorization)
 
-    def admit(self, route: str, entitlement: Entitlement, body: Any, now_ns: int) -> Admitted:
-        """Parse, rules, model, context, path, quota reservation; a refusal raises ApiError (the caller
-        records it)."""
+    def admit(
+        self,
+        route: str,
+        entitlement: Entitlement,
+        body: Any,
+        now_ns: int,
+        path: tuple[str, ...] | None = None,
+    ) -> Admitted:
+        """Parse, rules, model, context, path (the policy table's, or ``path`` an L1 router decided),
+        quota reservation; a refusal raises ApiError (the caller records it)."""
         request = parse_request(route, body)
         try:
             self.rules.check(route, body)
@@ -91,7 +98,7 @@ class Admission:
         prompt = given if isinstance(given, str) else self.engine.chat_prompt(given)
         tokens_in = self.engine.count_tokens(prompt)
         self._check_context(request, tokens_in, "prompt" if isinstance(given, str) else "messages")
-        path = self.rules.path_for(entitlement.package, entitlement.sla_class)
+        path = path or self.rules.path_for(entitlement.package, entitlement.sla_class)
         worst_case = tokens_in + request.n * request.sampling.max_tokens
         reservation = self._reserve(entitlement, worst_case, now_ns)
         return Admitted(request, prompt, tokens_in, path, reservation)

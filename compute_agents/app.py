@@ -22,6 +22,7 @@ from treemeter_records import new_record_id
 from .admission import model_not_found
 from .metering import Trip
 from .service import AgentService
+from .tree.decision import DECISION_HEADER
 from .wire import ApiError, error_body, new_client_request_id
 
 HTTP_CODES = {404: "not_found", 405: "method_not_allowed"}
@@ -44,8 +45,16 @@ def create_app(service: AgentService) -> FastAPI:
         return JSONResponse(error.body(), status_code=error.status, headers=headers)
 
     async def serve(request: Request, route: str) -> Response:
-        record_id = new_record_id()
-        trip = Trip(route, new_client_request_id(request.headers.get("x-request-id"), record_id), record_id)
+        given = request.headers.get("x-request-id")
+        if service.decisions is None:
+            record_id = new_record_id()
+            trip = Trip(route, new_client_request_id(given, record_id), record_id)
+        else:
+            try:  # refused without a record: a request no router decided has no accountable path
+                routed = service.decisions.read(request.headers.get(DECISION_HEADER))
+            except ApiError as error:
+                return refused(error, Trip(route, "", new_record_id()))
+            trip = Trip.routed(route, new_client_request_id(given, routed.claims["record_id"]), routed)
         try:
             entitlement = service.authenticate(request.headers.get("authorization"))
         except ApiError as error:

@@ -1,8 +1,9 @@
 """`python -m compute_agents`: the agent's command line.
 
 create-model (a tiny random-weight MoE checkpoint), identity, register (bind to the platform and pin
-its key), serve (the OpenAI-compatible API with metering and shipping), spool-status, ship (drain the
-spool now), send-synthetic (synthetic records, for load tests against a deployment).
+its key), serve (the OpenAI-compatible API with metering and shipping; behind an L1 router with
+--router-url), router (the L1 router of a serving tree), spool-status, ship (drain the spool now),
+send-synthetic (synthetic records, for load tests against a deployment).
 """
 
 from __future__ import annotations
@@ -144,6 +145,10 @@ def _settings(args: argparse.Namespace) -> Any:
         lease_block_tokens=args.lease_block_tokens,
         lease_low_water=args.lease_low_water,
         vllm_capture=args.vllm_capture,
+        router_url=args.router_url,
+        router_key=args.router_key,
+        subtree=args.subtree,
+        advertise_url=args.advertise_url or (f"http://{args.host}:{args.port}" if args.router_url else None),
     )
 
 
@@ -166,6 +171,47 @@ def serve(args: argparse.Namespace) -> int:
         uvicorn.run(create_app(agent.service), host=args.host, port=args.port, log_level="warning")
     finally:
         agent.stop()
+    return 0
+
+
+def _executor_keys(pairs: list[str]) -> dict[str, str]:
+    keys = {}
+    for pair in pairs:
+        name, separator, public_key = pair.partition("=")
+        if not separator or not name or not public_key:
+            raise SystemExit(f"--executor takes AGENT_ID=PUBLIC_KEY, not {pair!r}.")
+        keys[name] = public_key
+    return keys
+
+
+def router(args: argparse.Namespace) -> int:
+    import uvicorn
+
+    from .entitlements import SnapshotError
+    from .logs import configure_logging
+    from .tree.app import create_router_app
+    from .tree.runtime import RouterSettings, build_router
+
+    configure_logging()
+    settings = RouterSettings(
+        agent_id=args.agent_id,
+        platform_url=args.platform_url,
+        data_dir=Path(args.data_dir),
+        executor_keys=_executor_keys(args.executor),
+        rules_file=Path(args.rules) if args.rules else None,
+    )
+    router = build_router(settings, load_or_create_seed(Path(args.key_file)))
+    try:
+        router.start()
+    except SnapshotError as error:
+        print(f"no entitlements: {error}", file=sys.stderr)
+        return 1
+    client = httpx.AsyncClient(timeout=httpx.Timeout(args.executor_timeout, connect=2.0))
+    try:
+        app = create_router_app(router.service, client)
+        uvicorn.run(app, host=args.host, port=args.port, log_level="warning")
+    finally:
+        router.stop()
     return 0
 
 
@@ -265,6 +311,27 @@ def parser() -> argparse.ArgumentParser:
         help="vLLM routing capture: native (GPU, vLLM >= 0.14), hook (CPU); auto picks native where it can",
     )
 
+    run.add_argument(
+        "--router-url", help="serve behind this L1 router: only what it decided, heartbeats to it"
+    )
+    run.add_argument("--router-key", help="the router's public key (base64), pinned")
+    run.add_argument("--subtree", default="default", help="the router's subtree this executor serves")
+    run.add_argument(
+        "--advertise-url", help="where the router reaches this executor (default: --host/--port)"
+    )
+
+    tree = commands.add_parser("router", help="the L1 router: decide, choose an executor, relay, fail over")
+    tree.add_argument("--platform-url", default=platform_url)
+    tree.add_argument("--agent-id", default=agent_id, required=agent_id is None)
+    tree.add_argument("--data-dir", default=data_dir)
+    tree.add_argument("--rules", help="the L1 rules file (JSON) or bundle; default: the built-in rules")
+    tree.add_argument("--host", default="127.0.0.1")
+    tree.add_argument("--port", type=int, default=8000)
+    tree.add_argument(
+        "--executor", action="append", default=[], metavar="AGENT_ID=PUBLIC_KEY", help="an executor it trusts"
+    )
+    tree.add_argument("--executor-timeout", type=float, default=120.0, help="seconds to wait for an answer")
+
     status = commands.add_parser("spool-status", help="records waiting, next seq, shipped, lag")
     status.add_argument("--data-dir", default=data_dir)
 
@@ -293,6 +360,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         "create-model": create_model,
         "register": register,
         "serve": serve,
+        "router": router,
         "spool-status": spool_status,
         "ship": ship,
     }

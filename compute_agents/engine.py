@@ -75,6 +75,10 @@ class Engine(Protocol):
 
     def count_tokens(self, prompt: str) -> int: ...
 
+    def resident_experts(self) -> dict[int, list[int]]:
+        """MoE layer → the experts whose weights are in memory now (what a heartbeat reports)."""
+        ...
+
     def chat_prompt(self, messages: list[dict[str, str]]) -> str: ...
 
     def generate(
@@ -256,6 +260,10 @@ class TorchEngine(PromptLayout):
 
     def _decode(self, token_ids: list[int]) -> str:
         return str(self.tokenizer.decode(token_ids, skip_special_tokens=True))
+
+    def resident_experts(self) -> dict[int, list[int]]:
+        with self.cache.lock:
+            return {layer: sorted(experts) for layer, experts in enumerate(self.cache.resident)}
 
     def _routed(self, use: RequestUse, rows: int) -> torch.Tensor:
         """The request's routing, ``rows`` positions (the forward passes of the tokens it is billed)."""

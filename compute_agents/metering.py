@@ -16,6 +16,7 @@ from .engine import Engine, Generation, expert_counts
 from .entitlements import Entitlement, EntitlementStore, Reservation
 from .metrics import AgentMetrics
 from .spool import QuotaCharge, Spool, SpoolFull
+from .tree.decision import Routed
 from .wire import ApiError
 
 
@@ -29,10 +30,31 @@ class Trip:
     start_ns: int = field(default_factory=time.time_ns)
     mark: int = field(default_factory=time.perf_counter_ns)
     l1_in_us: int = 0
+    # Behind an L1 router: its node, its path, and its decision time plus the way here (transit).
+    l1_node: str | None = None
+    path: tuple[str, ...] | None = None
+    l1_before_us: int = 0
+
+    @classmethod
+    def routed(cls, route: str, client_request_id: str, routed: Routed) -> Trip:
+        """A request an L1 router decided: its record id, start, L1 node and path are the router's."""
+        claims = routed.claims
+        return cls(
+            route,
+            client_request_id,
+            claims["record_id"],
+            routed.start_ns,
+            l1_node=claims["node"],
+            path=tuple(claims["path"]),
+            l1_before_us=claims["l1_in_us"] + routed.transit_us,
+        )
+
+    def l1_so_far_us(self) -> int:
+        return self.l1_before_us + (time.perf_counter_ns() - self.mark) // 1000
 
     def admitted(self) -> None:
         """L1 on the way in ends here (auth, rules, quota)."""
-        self.l1_in_us = (time.perf_counter_ns() - self.mark) // 1000
+        self.l1_in_us = self.l1_so_far_us()
 
 
 @dataclass(frozen=True)
@@ -75,7 +97,7 @@ class Meter:
         """Build, spool and count the record of a request's ``choices`` (none when nothing was
         generated); ``reservation``'s key is charged the tokens used. The prompt counts once, as in
         OpenAI's usage, and the experts of every choice (each ran its own forward passes)."""
-        l1_in = trip.l1_in_us or (time.perf_counter_ns() - trip.mark) // 1000
+        l1_in = trip.l1_in_us or trip.l1_so_far_us()
         experts: list[dict[str, int]] = []
         tokens_out = hits = misses = cached = l2 = l3 = 0
         if choices:
@@ -87,7 +109,7 @@ class Meter:
                 hits, misses = hits + choice.expert_cache_hits, misses + choice.expert_cache_misses
                 l2, l3 = l2 + choice.l2_us, l3 + choice.l3_us
         hop_latency = {"L2": l2, "L3": l3}
-        nodes = {"L1": self.l1_node, "L2": self.identity.cache_node, "L3": self.identity.node}
+        nodes = {"L1": trip.l1_node or self.l1_node, "L2": self.identity.cache_node, "L3": self.identity.node}
         end_ns = time.time_ns()
         l1_out = max(0, (end_ns - trip.start_ns) // 1000 - l1_in - l2 - l3)
         hops = []

@@ -6,6 +6,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import httpx
+from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 
 from treemeter_records import IngestClient, private_key_from_seed, protocol, public_key_from_b64
 
@@ -13,10 +14,12 @@ from .engine import Engine, TorchEngine
 from .entitlements import EntitlementStore
 from .leases import LeaseClient, LeasedQuotaBook
 from .metrics import AgentMetrics
-from .router import Rules
+from .router import DEFAULT_SUBTREE, Rules
 from .service import AgentIdentity, AgentService
 from .shipper import Shipper
 from .spool import Spool
+from .tree.decision import DecisionReader
+from .tree.heartbeat import ExecutorCard, HeartbeatSender
 
 PLATFORM_KEY_FILE = "platform-key.b64"
 
@@ -43,6 +46,12 @@ class AgentSettings:
     quota_leases: bool = False
     lease_block_tokens: int = 4096
     lease_low_water: float = 0.25  # the next block is asked for ahead below this fraction of one left
+    # Behind an L1 router (an executor of its tree): serve only what it decided, heartbeat to it.
+    router_url: str | None = None
+    router_key: str | None = None  # the router's public key (base64), pinned
+    subtree: str = DEFAULT_SUBTREE
+    advertise_url: str | None = None  # where the router reaches this executor
+    heartbeat_s: float = 0.5
 
 
 @dataclass
@@ -51,14 +60,19 @@ class Agent:
     shipper: Shipper
     entitlements: EntitlementStore
     leases: LeasedQuotaBook | None = None
+    heartbeat: HeartbeatSender | None = None
 
     def start(self) -> None:
         self.entitlements.start()
         self.shipper.start()
         if self.leases is not None:
             self.leases.start()
+        if self.heartbeat is not None:
+            self.heartbeat.start()
 
     def stop(self) -> None:
+        if self.heartbeat is not None:
+            self.heartbeat.stop()
         self.entitlements.stop()
         if self.leases is not None:
             self.leases.close()
@@ -75,21 +89,36 @@ def pin_platform_key(platform_url: str, data_dir: Path) -> str:
     return public_key
 
 
-def build_agent(settings: AgentSettings, seed: bytes) -> Agent:
-    pinned = settings.data_dir / PLATFORM_KEY_FILE
+def open_entitlements(
+    platform_url: str, agent_id: str, key: Ed25519PrivateKey, data_dir: Path
+) -> EntitlementStore:
+    """The signed entitlement snapshot of this agent (an executor or a router), checked against the
+    platform key pinned at registration."""
+    pinned = data_dir / PLATFORM_KEY_FILE
     if not pinned.exists():
         raise SystemExit(
             f"No pinned platform key at {pinned}: run `python -m compute_agents register` first."
         )
+    platform_key = public_key_from_b64(pinned.read_text().strip())
+    return EntitlementStore(platform_url, agent_id, key, platform_key, data_dir / "entitlements.json")
+
+
+def open_shipper(
+    spool: Spool,
+    platform_url: str,
+    agent_id: str,
+    key: Ed25519PrivateKey,
+    batch_size: int,
+    batch_age_s: float,
+) -> Shipper:
+    client = IngestClient(platform_url, max_attempts=3, backoff_max=2.0)
+    return Shipper(spool, client, agent_id, key, batch_size=batch_size, max_age_s=batch_age_s)
+
+
+def build_agent(settings: AgentSettings, seed: bytes) -> Agent:
     key = private_key_from_seed(seed)
+    entitlements = open_entitlements(settings.platform_url, settings.agent_id, key, settings.data_dir)
     spool = Spool(settings.data_dir / "spool.sqlite3", max_records=settings.spool_max_records)
-    entitlements = EntitlementStore(
-        settings.platform_url,
-        settings.agent_id,
-        key,
-        public_key_from_b64(pinned.read_text().strip()),
-        settings.data_dir / "entitlements.json",
-    )
     metrics = AgentMetrics(spool.status, entitlements.age_s)
     engine: Engine
     if settings.engine == "vllm":
@@ -118,6 +147,15 @@ def build_agent(settings: AgentSettings, seed: bytes) -> Agent:
         if settings.quota_leases
         else None
     )
+    if (settings.router_url is None) != (settings.router_key is None) or (
+        settings.router_url is not None and settings.advertise_url is None
+    ):
+        raise SystemExit("An executor behind a router needs --router-url, --router-key and --advertise-url.")
+    decisions = (
+        DecisionReader(public_key_from_b64(settings.router_key), settings.agent_id)
+        if settings.router_key is not None
+        else None
+    )
     service = AgentService(
         AgentIdentity(
             settings.agent_id, node=f"{settings.agent_id}.l3", cache_node=f"{settings.agent_id}.l2"
@@ -128,13 +166,27 @@ def build_agent(settings: AgentSettings, seed: bytes) -> Agent:
         Rules.load(settings.rules_file),
         metrics,
         leases,
+        decisions,
     )
-    shipper = Shipper(
-        spool,
-        IngestClient(settings.platform_url, max_attempts=3, backoff_max=2.0),
-        settings.agent_id,
-        key,
-        batch_size=settings.batch_size,
-        max_age_s=settings.batch_age_s,
+    shipper = open_shipper(
+        spool, settings.platform_url, settings.agent_id, key, settings.batch_size, settings.batch_age_s
     )
-    return Agent(service, shipper, entitlements, leases)
+    heartbeat = None
+    if settings.router_url is not None and settings.advertise_url is not None:
+        card = ExecutorCard(
+            settings.agent_id,
+            settings.advertise_url,
+            settings.subtree,
+            engine.model_id,
+            engine.weights_sha3,
+            engine.served_names,
+        )
+        heartbeat = HeartbeatSender(
+            settings.router_url,
+            card,
+            key,
+            lambda: service.outstanding,
+            engine.resident_experts,
+            interval_s=settings.heartbeat_s,
+        )
+    return Agent(service, shipper, entitlements, leases, heartbeat)

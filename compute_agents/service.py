@@ -32,6 +32,7 @@ from .metering import AgentIdentity, Meter, Trip
 from .metrics import AgentMetrics
 from .router import Rules
 from .spool import Spool
+from .tree.decision import DecisionReader
 from .wire import ApiError, new_client_request_id
 
 __all__ = ["AgentIdentity", "AgentService", "ApiError", "Trip", "new_client_request_id"]
@@ -52,8 +53,12 @@ class AgentService:
         rules: Rules,
         metrics: AgentMetrics,
         quota: Quota | None = None,
+        decisions: DecisionReader | None = None,
     ) -> None:
         self.identity = identity
+        self.decisions = decisions  # behind an L1 router: only requests it decided are served
+        self.outstanding = 0  # admitted requests not yet recorded (an executor's heartbeat reports it)
+        self._outstanding_lock = threading.Lock()
         self.engine = engine
         self.spool = spool
         self.entitlements = entitlements
@@ -128,7 +133,7 @@ class AgentService:
     def _admit(self, trip: Trip, entitlement: Entitlement, body: Any) -> Admitted:
         """L1; a refusal leaves a `rejected` record."""
         try:
-            admitted = self.admission.admit(trip.route, entitlement, body, trip.start_ns)
+            admitted = self.admission.admit(trip.route, entitlement, body, trip.start_ns, trip.path)
         except ApiError as refused:
             self.meter.record(trip, entitlement, (), "rejected", ("L1",))
             raise refused from None
@@ -148,6 +153,7 @@ class AgentService:
         path, request = admitted.path, admitted.request
         choices: list[Generation] = []
         spent = 0
+        self._count_outstanding(1)
         try:
             try:
                 for index in range(request.n):
@@ -183,7 +189,12 @@ class AgentService:
             spent = record["tokens_in"] + record["tokens_out"]
         finally:
             self.quota.release(admitted.reservation, spent)
+            self._count_outstanding(-1)
         return choices, record
+
+    def _count_outstanding(self, change: int) -> None:
+        with self._outstanding_lock:
+            self.outstanding += change
 
     def _engine_failure(self, error: Exception) -> ApiError:
         """What the client is told (and the logs and metrics say) when the engine failed a request."""

@@ -266,6 +266,10 @@ class VllmEngine(PromptLayout):
             prefix_cache_hit_tokens=cached,
         )
 
+    def resident_experts(self) -> dict[int, list[int]]:
+        """vLLM keeps every expert of the model in memory."""
+        return {layer: list(range(self.num_experts)) for layer in range(self.moe_layers)}
+
     def _decode(self, token_ids: list[int]) -> str:
         return str(self.tokenizer.decode(token_ids, skip_special_tokens=True))
 

@@ -7,6 +7,9 @@
   with a body (the quota lease calls) appends ``"\n" + hex SHA-256(body)``, so the body is signed too.
 - The entitlement snapshot is signed by the platform's Ed25519 key over
   ``SNAPSHOT_DOMAIN + canonical_bytes(snapshot)``; agents verify it against the pinned platform key.
+- An L1 router's routing decision travels to the executor it chose as
+  ``{"claims": …, "key_id": …, "sig": …}``, signed by the router's key over
+  ``DECISION_DOMAIN + canonical_bytes(claims)``; the executor verifies it against the router key it pinned.
 """
 
 from __future__ import annotations
@@ -27,6 +30,7 @@ API_KEY_PREFIX = "tmk_"
 SNAPSHOT_VERSION = 1
 SNAPSHOT_DOMAIN = b"treemeter-entitlements-v1\n"
 REQUEST_DOMAIN = b"treemeter-agent-request-v1\n"
+DECISION_DOMAIN = b"treemeter-decision-v1\n"
 SNAPSHOT_PATH = "/v1/entitlements/snapshot"
 PLATFORM_KEY_PATH = "/v1/entitlements/platform-key"
 LEASES_PATH = "/v1/entitlements/leases"
@@ -98,5 +102,26 @@ def verify_snapshot(public_key: Ed25519PublicKey, snapshot: dict[str, Any], sign
             base64.b64decode(signature_b64, validate=True), SNAPSHOT_DOMAIN + canonical_bytes(snapshot)
         )
     except (InvalidSignature, binascii.Error, ValueError):
+        return False
+    return True
+
+
+def sign_decision(key: Ed25519PrivateKey, claims: dict[str, Any]) -> dict[str, Any]:
+    """A router's decision: its claims, the router's key id and the signature over both's domain."""
+    signature = key.sign(DECISION_DOMAIN + canonical_bytes(claims))
+    return {"claims": claims, "key_id": key_id_for(key), "sig": base64.b64encode(signature).decode("ascii")}
+
+
+def verify_decision(public_key: Ed25519PublicKey, decision: Any) -> bool:
+    """Whether ``decision`` has the signed shape and was signed by ``public_key`` (its key id too)."""
+    if not isinstance(decision, dict) or set(decision) != {"claims", "key_id", "sig"}:
+        return False
+    claims, key_id, signature = decision["claims"], decision["key_id"], decision["sig"]
+    if not isinstance(claims, dict) or key_id != key_id_for(public_key) or not isinstance(signature, str):
+        return False
+    try:
+        message = DECISION_DOMAIN + canonical_bytes(claims)
+        public_key.verify(base64.b64decode(signature, validate=True), message)
+    except (InvalidSignature, binascii.Error, ValueError, TypeError):
         return False
     return True

@@ -7,40 +7,52 @@ import threading
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
-from typing import Any
+from typing import Any, Protocol
 
 import orjson
 import uvicorn
 
 from compute_agents.app import create_app
 from compute_agents.service import AgentService
+from compute_agents.spool import Spool
 
 
 @contextmanager
 def serving(service: AgentService) -> Iterator[str]:
     """The agent's API on a free local port; yields its base URL (``…/v1``)."""
-    server = uvicorn.Server(
-        uvicorn.Config(create_app(service), host="127.0.0.1", port=0, log_level="warning")
-    )
-    thread = threading.Thread(target=server.run, name="agent-api", daemon=True)
+    with serving_app(create_app(service)) as root:
+        yield root + "/v1"
+
+
+@contextmanager
+def serving_app(app: Any, port: int = 0) -> Iterator[str]:
+    """An ASGI app on uvicorn on a local port (0: a free one); yields its root URL."""
+    server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=port, log_level="warning"))
+    thread = threading.Thread(target=server.run, name="api", daemon=True)
     thread.start()
     deadline = time.monotonic() + 30
     while not server.started:
         assert time.monotonic() < deadline, "the agent's API did not start"
         time.sleep(0.02)
-    port = server.servers[0].sockets[0].getsockname()[1]
+    port = server.servers[0].sockets[0].getsockname()[1]  # the one bound
     try:
-        yield f"http://127.0.0.1:{port}/v1"
+        yield f"http://127.0.0.1:{port}"
     finally:
         server.should_exit = True
         thread.join(10)
 
 
-def records(service: AgentService) -> list[dict[str, Any]]:
+class Spooling(Protocol):
+    """An agent or a router: whatever commits records to a spool."""
+
+    spool: Spool
+
+
+def records(service: Spooling) -> list[dict[str, Any]]:
     return [orjson.loads(body) for _, _, body in service.spool.pending(10_000)]
 
 
-def record(service: AgentService, record_id: str, wait_s: float = 30) -> dict[str, Any]:
+def record(service: Spooling, record_id: str, wait_s: float = 30) -> dict[str, Any]:
     """The spooled record with this id, waiting for it (a stream's is committed by its own thread)."""
     deadline = time.monotonic() + wait_s
     while True:

@@ -1,0 +1,141 @@
+"""The router's HTTP API: the customer's OpenAI-compatible routes (relayed to an executor), the
+executors' signed heartbeats, and what the tree looks like now. Errors keep OpenAI's shape."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import httpx
+import orjson
+from fastapi import FastAPI, Request
+from fastapi.responses import JSONResponse, Response, StreamingResponse
+from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, Counter, generate_latest
+from starlette.exceptions import HTTPException
+
+from treemeter_records import new_record_id
+
+from ..app import HTTP_CODES
+from ..wire import ApiError, error_body, sse
+from .forward import NoExecutor, relay, send
+from .heartbeat import HEARTBEAT_PATH
+from .registry import HeartbeatError
+from .service import RouterService
+
+RELAYED_HEADERS = ("content-type", "x-request-id", "retry-after", "x-should-retry")
+
+
+def create_router_app(service: RouterService, client: httpx.AsyncClient) -> FastAPI:
+    app = FastAPI(title="Treemeter L1 router", docs_url=None, redoc_url=None)
+    metrics = CollectorRegistry()
+    routed = Counter("treemeter_router_requests", "Requests by outcome", ["outcome"], registry=metrics)
+
+    @app.exception_handler(HTTPException)
+    async def http_error(request: Request, error: HTTPException) -> Response:
+        code = HTTP_CODES.get(error.status_code, f"http_{error.status_code}")
+        message = f"{request.method} {request.url.path}: {error.detail}"
+        headers = {**(error.headers or {}), "x-request-id": new_record_id()}
+        return JSONResponse(
+            error_body(message, "invalid_request_error", code), error.status_code, headers=headers
+        )
+
+    def refused(error: ApiError) -> Response:
+        headers = {"x-request-id": new_record_id(), **error.headers}
+        return JSONResponse(error.body(), status_code=error.status, headers=headers)
+
+    async def serve(request: Request, route: str) -> Response:
+        raw = await request.body()
+        try:
+            body: Any = orjson.loads(raw)
+        except orjson.JSONDecodeError:
+            body = None  # the executor refuses it, with a rejected record
+        try:
+            routing = service.admit(route, request.headers.get("authorization"), body)
+        except ApiError as error:
+            routed.labels(error.code).inc()
+            return refused(error)
+        incoming = dict(request.headers)
+        stream = isinstance(body, dict) and body.get("stream") is True
+        try:
+            attempt = await send(
+                client,
+                service.registry,
+                routing.decision.subtree,
+                routing.model,
+                route,
+                raw,
+                lambda executor: service.headers_for(routing, executor, incoming),
+                stream=stream,
+            )
+        except NoExecutor as none:
+            routed.labels("no_executor").inc()
+            return refused(service.unserved(routing, none.tried))
+        response = attempt.response
+        headers = {name: response.headers[name] for name in RELAYED_HEADERS if name in response.headers}
+        routed.labels("relayed").inc()
+        if stream and response.status_code == 200:
+            service.served(attempt.executor, attempt.number)
+            cut = sse(error_body("The executor stopped mid-stream.", "server_error", "executor_lost"))
+            return StreamingResponse(
+                relay(attempt, service.registry, lambda: cut), status_code=200, headers=headers
+            )
+        content = await response.aread()
+        await response.aclose()
+        service.registry.finished(attempt.executor, ok=True)
+        service.served(attempt.executor, attempt.number)
+        return Response(content, status_code=response.status_code, headers=headers)
+
+    @app.post("/v1/completions")
+    async def completions(request: Request) -> Response:
+        return await serve(request, "/v1/completions")
+
+    @app.post("/v1/chat/completions")
+    async def chat_completions(request: Request) -> Response:
+        return await serve(request, "/v1/chat/completions")
+
+    @app.get("/v1/models")
+    async def models() -> dict[str, Any]:
+        cards = [{"id": name, "object": "model", "owned_by": "treemeter"} for name in service.served_names()]
+        return {"object": "list", "data": cards}
+
+    @app.get("/v1/models/{model:path}")
+    async def model(model: str) -> Response:
+        headers = {"x-request-id": new_record_id()}
+        if model not in service.served_names():
+            error = ApiError(
+                404,
+                "invalid_request_error",
+                "model_not_found",
+                f"The model `{model}` does not exist or you do not have access to it.",
+                "model",
+            )
+            return JSONResponse(error.body(), status_code=404, headers=headers)
+        return JSONResponse({"id": model, "object": "model", "owned_by": "treemeter"}, headers=headers)
+
+    @app.post(HEARTBEAT_PATH)
+    async def heartbeat(request: Request) -> Response:
+        raw = await request.body()
+        try:
+            beat = service.heartbeat(dict(request.headers), HEARTBEAT_PATH, raw, orjson.loads(raw))
+        except (HeartbeatError, orjson.JSONDecodeError) as error:
+            return JSONResponse(error_body(str(error), "invalid_request_error", "bad_heartbeat"), 400)
+        except PermissionError as error:
+            return JSONResponse(error_body(str(error), "invalid_request_error", "unknown_executor"), 403)
+        return JSONResponse({"executor": beat.executor, "accepted": True})
+
+    @app.get("/tree/executors")
+    async def executors() -> dict[str, Any]:
+        return {
+            "router": service.agent_id,
+            "node": service.rules.node,
+            "executors": service.registry.snapshot(),
+        }
+
+    @app.get("/tree/stats")
+    async def stats() -> dict[str, Any]:
+        return service.stats.as_dict()
+
+    @app.get("/metrics")
+    async def prometheus() -> Response:
+        return Response(generate_latest(metrics), media_type=CONTENT_TYPE_LATEST)
+
+    return app

@@ -1,0 +1,66 @@
+"""Assemble a running L1 router from its settings: its own identity (a registered agent, so it holds
+the entitlement snapshot of the keys it routes and ships the records of requests nobody served), its
+rules and classifier, the executors it trusts (their public keys, pinned), its spool and shipper."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from treemeter_records import private_key_from_seed, public_key_from_b64
+
+from ..entitlements import EntitlementStore
+from ..router import Rules
+from ..runtime import open_entitlements, open_shipper
+from ..shipper import Shipper
+from ..spool import Spool
+from .registry import Registry
+from .service import RouterService
+
+
+@dataclass(frozen=True)
+class RouterSettings:
+    agent_id: str
+    platform_url: str
+    data_dir: Path
+    executor_keys: dict[str, str] = field(default_factory=dict)  # executor agent id → public key (base64)
+    rules_file: Path | None = None
+    stale_after_s: float = 3.0
+    cooldown_s: float = 2.0
+    batch_size: int = 500
+    batch_age_s: float = 1.0
+    spool_max_records: int = 100_000
+
+
+@dataclass
+class TreeRouter:
+    service: RouterService
+    shipper: Shipper
+    entitlements: EntitlementStore
+
+    def start(self) -> None:
+        self.entitlements.start()
+        self.shipper.start()
+
+    def stop(self) -> None:
+        self.entitlements.stop()
+        self.shipper.stop()
+
+
+def build_router(settings: RouterSettings, seed: bytes) -> TreeRouter:
+    key = private_key_from_seed(seed)
+    entitlements = open_entitlements(settings.platform_url, settings.agent_id, key, settings.data_dir)
+    spool = Spool(settings.data_dir / "spool.sqlite3", max_records=settings.spool_max_records)
+    service = RouterService(
+        settings.agent_id,
+        key,
+        Rules.load(settings.rules_file),
+        entitlements,
+        spool,
+        Registry(stale_after_s=settings.stale_after_s, cooldown_s=settings.cooldown_s),
+        {name: public_key_from_b64(b64) for name, b64 in settings.executor_keys.items()},
+    )
+    shipper = open_shipper(
+        spool, settings.platform_url, settings.agent_id, key, settings.batch_size, settings.batch_age_s
+    )
+    return TreeRouter(service, shipper, entitlements)

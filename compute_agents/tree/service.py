@@ -1,0 +1,225 @@
+"""The L1 router: the customer's key checked against the entitlement snapshot, the three-stage decision
+(syntax is the executor's, then the semantic classifier and the policy table), an executor of the
+policy's subtree chosen by load, the request sent with the router's signed decision, and failover.
+
+Which requests leave a router record (committed to the router's own spool, with the L1 hop alone, and
+shipped like an agent's): those it refuses after authentication (a bad body, a rules violation, a model
+no executor serves) as unbilled ``rejected`` records, as an executor would, and those no executor could
+serve as unbilled ``error`` records. Every request an executor answers is recorded by that executor,
+under the record id, start, path and L1 node of the router's decision.
+"""
+
+from __future__ import annotations
+
+import time
+from collections import Counter
+from dataclasses import dataclass, field
+from typing import Any
+
+from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey, Ed25519PublicKey
+
+from treemeter_records import key_id_for, make_record, new_record_id, protocol
+
+from ..admission import entitlement_for, model_not_found
+from ..entitlements import Entitlement, EntitlementStore
+from ..params import parse_request
+from ..router import Decision, RequestRefused, Rules, classifiable_text
+from ..spool import Spool, SpoolFull
+from ..wire import ApiError
+from .decision import DECISION_HEADER, decision_claims, encode_decision
+from .registry import Executor, Heartbeat, HeartbeatError, Registry
+
+NO_WEIGHTS = "0" * 64  # a router record for a model no executor ever reported: no weights ran
+FORWARDED_HEADERS = ("authorization", "content-type", "x-request-id", "openai-organization")
+
+
+@dataclass
+class TreeStats:
+    """What the router has routed, for ``GET /tree/stats`` and ``make run``'s summary."""
+
+    by_executor: Counter[str] = field(default_factory=Counter)
+    by_domain: Counter[str] = field(default_factory=Counter)
+    by_path: Counter[str] = field(default_factory=Counter)
+    failovers: int = 0
+    unserved: int = 0
+    decision_us: list[int] = field(default_factory=list)
+
+    def as_dict(self) -> dict[str, Any]:
+        ordered = sorted(self.decision_us)
+
+        def pct(q: float) -> int | None:
+            return ordered[min(len(ordered) - 1, int(q * len(ordered)))] if ordered else None
+
+        return {
+            "by_executor": dict(self.by_executor),
+            "by_domain": dict(self.by_domain),
+            "by_path": dict(self.by_path),
+            "failovers": self.failovers,
+            "unserved": self.unserved,
+            "decision_us": {"p50": pct(0.5), "p99": pct(0.99), "count": len(ordered)},
+        }
+
+
+@dataclass
+class Routing:
+    """One request on its way: who asked, what L1 decided, when it arrived."""
+
+    route: str
+    entitlement: Entitlement
+    decision: Decision
+    model: str
+    start_ns: int
+    mark: int
+
+    def elapsed_us(self) -> int:
+        return (time.perf_counter_ns() - self.mark) // 1000
+
+
+class RouterService:
+    def __init__(
+        self,
+        agent_id: str,
+        key: Ed25519PrivateKey,
+        rules: Rules,
+        entitlements: EntitlementStore,
+        spool: Spool,
+        registry: Registry,
+        executor_keys: dict[str, Ed25519PublicKey],
+    ) -> None:
+        self.agent_id = agent_id
+        self.key = key
+        self.key_id = key_id_for(key)
+        self.rules = rules
+        self.entitlements = entitlements
+        self.spool = spool
+        self.registry = registry
+        self.executor_keys = executor_keys
+        self.stats = TreeStats()
+
+    def admit(self, route: str, authorization: str | None, body: Any) -> Routing:
+        """Authenticate, check and decide; nothing external is asked (the snapshot and the rules are
+        local). A refusal after authentication leaves a ``rejected`` record."""
+        start_ns, mark = time.time_ns(), time.perf_counter_ns()
+        if self.spool.full():  # the router could not record a request it fails to serve
+            raise ApiError(503, "server_error", "spool_full", self.spool.full_message())
+        entitlement = entitlement_for(self.entitlements, authorization)
+        try:
+            request = parse_request(route, body)
+            self.rules.check(route, body)
+            if self.registry.model_card(request.model) is None:
+                raise model_not_found(request.model)
+        except RequestRefused as refused:
+            error = ApiError(400, "invalid_request_error", "rule_violation", str(refused), refused.param)
+            raise self._refuse(error, entitlement, body, start_ns, mark) from None
+        except ApiError as error:
+            raise self._refuse(error, entitlement, body, start_ns, mark) from None
+        decision = self.rules.decide(classifiable_text(body), entitlement.package, entitlement.sla_class)
+        routing = Routing(route, entitlement, decision, request.model, start_ns, mark)
+        self.stats.decision_us.append(routing.elapsed_us())
+        self.stats.by_domain[decision.domain or "-"] += 1
+        self.stats.by_path[">".join(decision.path)] += 1
+        return routing
+
+    def _refuse(
+        self, error: ApiError, entitlement: Entitlement, body: Any, start_ns: int, mark: int
+    ) -> ApiError:
+        model = body.get("model") if isinstance(body, dict) else None
+        model_name = model if isinstance(model, str) else ""
+        record_id = self._record(entitlement, model_name, start_ns, mark, "rejected")
+        error.headers["x-request-id"] = record_id
+        return error
+
+    def headers_for(
+        self, routing: Routing, executor: Executor, incoming: dict[str, str]
+    ) -> tuple[str, dict[str, str]]:
+        """A new record id for this attempt, and the headers that carry the signed decision."""
+        record_id = new_record_id()
+        claims = decision_claims(
+            record_id=record_id,
+            router=self.agent_id,
+            node=self.rules.node,
+            rules_sha256=self.rules.sha256,
+            decision=routing.decision,
+            executor=executor.beat.executor,
+            l1_in_us=routing.elapsed_us(),
+        )
+        headers = {name: incoming[name] for name in FORWARDED_HEADERS if name in incoming}
+        headers[DECISION_HEADER] = encode_decision(claims, self.key)
+        return record_id, headers
+
+    def served(self, executor: Executor, attempts: int) -> None:
+        self.stats.by_executor[executor.beat.executor] += 1
+        self.stats.failovers += attempts - 1
+
+    def unserved(self, routing: Routing, tried: list[str]) -> ApiError:
+        """No executor could serve: the unbilled ``error`` record, and the customer's 503."""
+        self.stats.unserved += 1
+        self.stats.failovers += max(0, len(tried) - 1)
+        record_id = self._record(routing.entitlement, routing.model, routing.start_ns, routing.mark, "error")
+        detail = f"tried {', '.join(tried)}" if tried else "none is healthy"
+        return ApiError(
+            503,
+            "server_error",
+            "no_executor",
+            f"No executor of subtree '{routing.decision.subtree}' can serve this request now ({detail}).",
+            headers={"x-request-id": record_id},
+        )
+
+    def _record(self, entitlement: Entitlement, model: str, start_ns: int, mark: int, status: str) -> str:
+        """A router record: the L1 hop alone, no tokens, never billed; its id (the x-request-id)."""
+        card = self.registry.model_card(model)
+        end_ns, latency = time.time_ns(), (time.perf_counter_ns() - mark) // 1000
+        record_id = new_record_id()
+
+        def build(seq: int) -> dict[str, Any]:
+            return make_record(
+                agent_id=self.agent_id,
+                seq=seq,
+                record_id=record_id,
+                tenant=entitlement.tenant,
+                contract=entitlement.contract,
+                package=entitlement.package,
+                sla_class=entitlement.sla_class,
+                client_request_id=f"req-{record_id}",
+                model_id=card.model_id if card else "unknown",  # no model ran
+                weights_sha3=card.weights_sha3 if card else NO_WEIGHTS,
+                start_ns=start_ns,
+                end_ns=max(end_ns, start_ns),
+                clock_drift_us=self.entitlements.clock_drift_us,
+                tokens_in=0,
+                tokens_out=0,
+                hops=[{"layer": "L1", "node": self.rules.node, "latency_us": latency}],
+                experts=[],
+                prefix_cache_hit_tokens=0,
+                expert_cache_hits=0,
+                expert_cache_misses=0,
+                status=status,
+            )
+
+        try:
+            self.spool.append(build)
+        except SpoolFull as full:
+            raise ApiError(503, "server_error", "spool_full", str(full)) from None
+        return record_id
+
+    def heartbeat(self, headers: dict[str, str], path: str, body: bytes, parsed: Any) -> Heartbeat:
+        """A signed heartbeat from a known executor (its key pinned in the router's executor keys)."""
+        beat = Heartbeat.parse(parsed)
+        key = self.executor_keys.get(beat.executor)
+        agent = headers.get(protocol.HEADER_AGENT.lower())
+        try:
+            timestamp = int(headers.get(protocol.HEADER_TIMESTAMP.lower(), ""))
+        except ValueError:
+            raise HeartbeatError("bad heartbeat: no timestamp") from None
+        signature = headers.get(protocol.HEADER_SIGNATURE.lower(), "")
+        if key is None or agent != beat.executor:
+            raise PermissionError(f"executor '{beat.executor}' is not one of this router's executors")
+        if abs(time.time_ns() - timestamp) > 60 * 10**9:
+            raise PermissionError("the heartbeat's timestamp is outside the 60 s window")
+        if not protocol.verify_request(key, signature, "POST", path, timestamp, body):
+            raise PermissionError("the heartbeat's signature does not verify against the executor's key")
+        self.registry.heartbeat(beat)
+        return beat
+
+    def served_names(self) -> list[str]:
+        return self.registry.served_names()

@@ -1,0 +1,247 @@
+"""The serving tree over real sockets: a live platform, an L1 router and two executors (torch engine,
+each its own agent with its own spool), the executors heartbeating to the router. Customers talk to the
+router with the official ``openai`` SDK; every answer is checked against the record the executor that
+served it spooled, under the router's decision (record id, start, path, L1 node)."""
+
+from __future__ import annotations
+
+import os
+import random
+import socket
+import time
+from collections.abc import Iterator
+from contextlib import ExitStack, contextmanager
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import httpx
+import openai
+import orjson
+import pytest
+from openai.types.chat import ChatCompletionMessageParam
+
+from agents.services import register_agent
+from compute_agents.app import create_app
+from compute_agents.runtime import pin_platform_key
+from compute_agents.tree.app import create_router_app
+from compute_agents.tree.heartbeat import HEARTBEAT_PATH
+from compute_agents.tree.runtime import RouterSettings, TreeRouter, build_router
+from contracts.models import Contract
+from entitlements.services import issue_api_key
+from tests.compute_agents.agent_harness import Harness, start_agent
+from tests.compute_agents.openai_server import record, records, serving_app
+from tests.factories import ContractFactory
+from treemeter_records import private_key_from_seed, protocol, public_key_to_b64
+
+pytestmark = [pytest.mark.usefixtures("clickhouse"), pytest.mark.django_db(transaction=True)]
+
+USER: list[ChatCompletionMessageParam] = [
+    {"role": "user", "content": "review the payment clause of this contract"}
+]
+
+
+def free_port() -> int:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return int(probe.getsockname()[1])
+
+
+@dataclass
+class Tree:
+    router: TreeRouter
+    url: str  # the router's root URL
+    executors: dict[str, Harness]
+    urls: dict[str, str]
+    apis: dict[str, ExitStack] = field(default_factory=dict)  # close one: that executor's port goes dark
+
+    def stats(self) -> dict[str, Any]:
+        return httpx.get(self.url + "/tree/stats").json()
+
+    def served_by(self, record_id: str) -> tuple[str, dict[str, Any]]:
+        deadline = time.monotonic() + 30
+        while time.monotonic() < deadline:
+            for name, harness in self.executors.items():
+                found = [r for r in records(harness.agent.service) if r["record_id"] == record_id]
+                if found:
+                    return name, found[0]
+            time.sleep(0.05)
+        raise AssertionError(f"no executor recorded {record_id}")
+
+
+@contextmanager
+def serving_tree(live_server: Any, tiny_model: Path, tmp_path: Path, contract: Contract) -> Iterator[Tree]:
+    router_seed = os.urandom(32)
+    router_key = private_key_from_seed(router_seed)
+    register_agent(
+        agent_id="router-1",
+        public_key_b64=public_key_to_b64(router_key),
+        tenant_codes=[],
+        contract_codes=[contract.code],
+    )
+    pin_platform_key(live_server.url, tmp_path / "router")
+    seeds = {name: os.urandom(32) for name in ("exec-a", "exec-b")}
+    settings = RouterSettings(
+        agent_id="router-1",
+        platform_url=live_server.url,
+        data_dir=tmp_path / "router",
+        executor_keys={name: public_key_to_b64(private_key_from_seed(seed)) for name, seed in seeds.items()},
+    )
+    router = build_router(settings, router_seed)
+    router.service.registry.rng = random.Random(7)  # the power-of-two draws, reproducible
+    router.entitlements.refresh()
+    with ExitStack() as stack:
+        client = httpx.AsyncClient(timeout=httpx.Timeout(60, connect=2))
+        url = stack.enter_context(serving_app(create_router_app(router.service, client)))
+        tree = Tree(router, url, {}, {})
+        for name, seed in seeds.items():
+            port = free_port()
+            tree.urls[name] = f"http://127.0.0.1:{port}"
+            harness = start_agent(
+                live_server.url,
+                tiny_model,
+                tmp_path / name,
+                [contract],
+                agent_id=name,
+                seed=seed,
+                router_url=url,
+                router_key=public_key_to_b64(router_key),
+                advertise_url=tree.urls[name],
+                heartbeat_s=0.2,
+            )
+            tree.executors[name] = harness
+            api = tree.apis[name] = ExitStack()
+            api.enter_context(serving_app(create_app(harness.agent.service), port))
+            stack.callback(api.close)
+            assert harness.agent.heartbeat is not None
+            harness.agent.heartbeat.start()
+            stack.callback(harness.agent.heartbeat.stop)
+        deadline = time.monotonic() + 20
+        while len(router.service.registry.healthy("default", "tiny")) < 2:
+            assert time.monotonic() < deadline, "the executors' heartbeats did not reach the router"
+            time.sleep(0.05)
+        yield tree
+
+
+def customer(tree: Tree, contract: Contract) -> openai.OpenAI:
+    key = issue_api_key(contract_code=contract.code, sla_class="gold").secret
+    tree.router.entitlements.refresh()
+    for harness in tree.executors.values():
+        harness.agent.entitlements.refresh()
+    return openai.OpenAI(base_url=tree.url + "/v1", api_key=key, max_retries=0)
+
+
+def test_requests_through_the_router_are_recorded_by_their_executor_under_its_decision(
+    live_server: Any, tiny_model: Path, tmp_path: Path
+) -> None:
+    contract = ContractFactory.create()
+    with serving_tree(live_server, tiny_model, tmp_path, contract) as tree:
+        client = customer(tree, contract)
+        answers = [
+            client.chat.completions.create(model="tiny", messages=USER, max_completion_tokens=4)
+            for _ in range(8)
+        ]
+        with client.chat.completions.with_streaming_response.create(
+            model="tiny",
+            messages=USER,
+            max_completion_tokens=4,
+            stream=True,
+        ) as streamed:
+            stream_id = streamed.headers["x-request-id"]
+            lines = [line for line in streamed.iter_lines() if line]
+        listed = httpx.get(tree.url + "/tree/executors").json()
+        stats = tree.stats()
+    rules = tree.router.service.rules
+    served = {}
+    for answer in answers:
+        name, rec = tree.served_by(answer._request_id or "")
+        served[answer._request_id] = name
+        assert rec["agent_id"] == name and rec["status"] == "ok" and rec["tokens_out"] == 4
+        assert answer.id == "chatcmpl-" + rec["record_id"]
+        assert rec["hops"][0]["node"] == rules.node  # the router's L1 node, not the executor's
+        path = rules.decide("", rec["package"], rec["sla_class"]).path  # no classifier: the policy's path
+        assert tuple(hop["layer"] for hop in rec["hops"]) == path
+        assert rec["hops"][0]["latency_us"] > 0
+        assert rec["end_ns"] > rec["start_ns"]
+    assert set(served.values()) == {"exec-a", "exec-b"}  # both take traffic
+    assert lines[-1] == "data: [DONE]" and tree.served_by(stream_id)[1]["status"] == "ok"
+    assert sum(stats["by_executor"].values()) == 9 and stats["failovers"] == 0 and stats["unserved"] == 0
+    assert stats["decision_us"]["count"] == 9 and stats["decision_us"]["p99"] < 10_000
+    assert [e["executor"] for e in listed["executors"]] == ["exec-a", "exec-b"]
+    assert all(e["healthy"] and e["breaker"] == "closed" for e in listed["executors"])
+    assert listed["executors"][0]["resident"]  # the experts it holds, as its heartbeat said
+    assert not records(tree.router.service)  # the router recorded nothing it did not refuse
+
+
+def test_a_dead_executor_fails_over_opens_its_breaker_and_none_left_is_an_unbilled_503(
+    live_server: Any, tiny_model: Path, tmp_path: Path
+) -> None:
+    contract = ContractFactory.create()
+    with serving_tree(live_server, tiny_model, tmp_path, contract) as tree:
+        client = customer(tree, contract)
+        tree.apis["exec-a"].close()  # its port is dark; its heartbeats still arrive
+        answers = [
+            client.completions.create(model="tiny", prompt="the clause", max_tokens=3, temperature=0)
+            for _ in range(6)
+        ]
+        stats = tree.stats()
+        breaker = {
+            e["executor"]: e["breaker"] for e in httpx.get(tree.url + "/tree/executors").json()["executors"]
+        }
+        tree.apis["exec-b"].close()
+        with pytest.raises(openai.InternalServerError) as none_left:
+            client.completions.create(model="tiny", prompt="the clause", max_tokens=3)
+    assert {tree.served_by(a._request_id or "")[0] for a in answers} == {"exec-b"}
+    assert stats["failovers"] >= 1 and stats["by_executor"] == {"exec-b": 6}
+    assert breaker == {"exec-a": "open", "exec-b": "closed"}  # 3 refused connections opened it
+    assert none_left.value.status_code == 503 and none_left.value.code == "no_executor"
+    unserved = record(tree.router.service, none_left.value.request_id or "")
+    assert (unserved["status"], unserved["agent_id"], unserved["tokens_in"]) == ("error", "router-1", 0)
+    assert [hop["layer"] for hop in unserved["hops"]] == ["L1"]
+    assert unserved["model_id"] == tree.executors["exec-b"].agent.service.engine.model_id
+
+
+def test_executors_serve_only_what_their_router_decided_and_the_router_refuses_with_records(
+    live_server: Any, tiny_model: Path, tmp_path: Path
+) -> None:
+    contract = ContractFactory.create()
+    with serving_tree(live_server, tiny_model, tmp_path, contract) as tree:
+        client = customer(tree, contract)
+        key = client.api_key
+        body = {"model": "tiny", "prompt": "the clause", "max_tokens": 2}
+        direct = httpx.post(
+            tree.urls["exec-a"] + "/v1/completions", json=body, headers={"authorization": f"Bearer {key}"}
+        )
+        forged = httpx.post(
+            tree.urls["exec-a"] + "/v1/completions",
+            json=body,
+            headers={"authorization": f"Bearer {key}", "x-treemeter-decision": "e30="},
+        )
+        with pytest.raises(openai.NotFoundError) as unknown_model:
+            client.completions.create(model="gpt-4o", prompt="the clause", max_tokens=2)
+        with pytest.raises(openai.BadRequestError) as bad_param:
+            client.completions.create(model="tiny", prompt="the clause", max_tokens=2, temperature=9)
+        bad_key = httpx.post(
+            tree.url + "/v1/completions", json=body, headers={"authorization": "Bearer nope"}
+        )
+        beat = orjson.dumps(tree.executors["exec-a"].agent.heartbeat.body())  # type: ignore[union-attr]
+        intruder = private_key_from_seed(os.urandom(32))
+        forged_beat = httpx.post(
+            tree.url + HEARTBEAT_PATH,
+            content=beat,
+            headers=protocol.signed_headers(intruder, "exec-a", "POST", HEARTBEAT_PATH, beat),
+        )
+    assert direct.status_code == 403 and direct.json()["error"]["code"] == "decision_missing"
+    assert forged.status_code == 403 and forged.json()["error"]["code"] == "decision_invalid"
+    assert not records(tree.executors["exec-a"].agent.service)  # no decision, no record
+    assert unknown_model.value.code == "model_not_found"
+    assert bad_param.value.code == "invalid_value" and bad_param.value.param == "temperature"
+    refused = [
+        record(tree.router.service, e.request_id or "") for e in (unknown_model.value, bad_param.value)
+    ]
+    assert [(r["status"], r["tokens_in"], r["agent_id"]) for r in refused] == [
+        ("rejected", 0, "router-1")
+    ] * 2
+    assert bad_key.status_code == 401 and bad_key.json()["error"]["code"] == "invalid_api_key"
+    assert len(records(tree.router.service)) == 2  # an unknown key leaves no record
+    assert forged_beat.status_code == 403 and forged_beat.json()["error"]["code"] == "unknown_executor"
