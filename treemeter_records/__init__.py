@@ -1,4 +1,4 @@
-"""Treemeter usage record format v1: encoding, hashing, signing, validation and batch sending.
+"""Treemeter usage record formats v1 and v2: encoding, hashing, signing, validation and batch sending.
 
 Pure Python (no Django) so that compute agents and the platform share one implementation.
 See docs/record-format.md for the format itself.
@@ -34,6 +34,13 @@ from .errors import (
 )
 from .merkle import EMPTY_ROOT, leaf_hash, merkle_root, merkle_root_of, node_hash
 from .records import make_record, new_record_id
+from .routed import (
+    RECORD_DOMAIN,
+    check_record_signatures,
+    line_signing_bytes,
+    record_signing_bytes,
+    sign_record,
+)
 from .signing import (
     SIGNATURE_DOMAIN,
     generate_keypair,
@@ -48,7 +55,15 @@ from .signing import (
     verify_header,
     verify_signature,
 )
-from .validation import RECORD_FIELDS, RECORD_VERSION, decode_record, is_slug, validate_record
+from .validation import (
+    RECORD_FIELDS,
+    RECORD_FIELDS_V2,
+    RECORD_VERSION,
+    RECORD_VERSION_V2,
+    decode_record,
+    is_slug,
+    validate_record,
+)
 from .wire import WireRecord, fast_record
 
 __all__ = [
@@ -58,9 +73,12 @@ __all__ = [
     "EMPTY_ROOT",
     "HEADER_FIELDS",
     "INGEST_PATH",
+    "RECORD_DOMAIN",
     "RECORD_ERROR_CODES",
     "RECORD_FIELDS",
+    "RECORD_FIELDS_V2",
     "RECORD_VERSION",
+    "RECORD_VERSION_V2",
     "SIGNATURE_DOMAIN",
     "BatchError",
     "BatchRecords",
@@ -81,12 +99,14 @@ __all__ = [
     "check_batch_signature",
     "check_canonical_value",
     "check_merkle_root",
+    "check_record_signatures",
     "decode_record",
     "fast_record",
     "generate_keypair",
     "is_slug",
     "key_id_for",
     "leaf_hash",
+    "line_signing_bytes",
     "load_public_key",
     "make_record",
     "matches_canonical",
@@ -101,7 +121,9 @@ __all__ = [
     "public_key_from_b64",
     "public_key_to_b64",
     "read_batch_records",
+    "record_signing_bytes",
     "sign_header",
+    "sign_record",
     "validate_batch_records",
     "validate_record",
     "verify_batch_signature",

@@ -14,6 +14,10 @@ WRONG_TYPE = "wrong_type"
 INVALID_VALUE = "invalid_value"
 NEGATIVE_VALUE = "negative_value"
 INCONSISTENT_TOTALS = "inconsistent_totals"
+# Record format v2 (the serving tree): the router's decision and the executor's signature.
+DECISION_MISMATCH = "decision_mismatch"
+DECISION_SIGNATURE_INVALID = "decision_signature_invalid"
+EXECUTOR_SIGNATURE_INVALID = "executor_signature_invalid"
 
 RECORD_ERROR_CODES: frozenset[str] = frozenset(
     {
@@ -26,6 +30,9 @@ RECORD_ERROR_CODES: frozenset[str] = frozenset(
         INVALID_VALUE,
         NEGATIVE_VALUE,
         INCONSISTENT_TOTALS,
+        DECISION_MISMATCH,
+        DECISION_SIGNATURE_INVALID,
+        EXECUTOR_SIGNATURE_INVALID,
     }
 )
 

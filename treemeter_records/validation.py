@@ -1,4 +1,9 @@
-"""Usage record format v1: per-record validation and decoding of wire lines.
+"""Usage record formats v1 and v2: per-record validation and decoding of wire lines.
+
+v2 is v1 with two more fields, made in the serving tree: ``decision`` (the L1 router's signed routing
+decision, as the executor received it) and ``executor_sig`` (the executor's signature over the rest of
+the record). This module checks their form and how they agree with the record; whether the signatures
+verify needs the registered keys (``treemeter_records.routed``).
 
 This is on the ingest hot path: plain dicts straight from orjson, ``type(x) is int`` checks
 (``bool`` is not an int here), precompiled ``fullmatch`` patterns, no per-record objects.
@@ -14,6 +19,7 @@ import orjson
 
 from .encoding import INT_MAX, INT_MIN, matches_canonical
 from .errors import (
+    DECISION_MISMATCH,
     INCONSISTENT_TOTALS,
     INVALID_VALUE,
     MALFORMED_RECORD,
@@ -28,6 +34,8 @@ from .errors import (
 from .limits import JSON_MAX_DEPTH, JSON_MAX_MEMBERS, NODE_MAX, SLUG_MAX, TEXT_MAX, has_forbidden_control
 
 RECORD_VERSION = 1
+RECORD_VERSION_V2 = 2
+SUPPORTED_VERSIONS = (RECORD_VERSION, RECORD_VERSION_V2)
 
 #: Every v1 field, in documentation order (all are required, no others are allowed).
 RECORD_FIELDS: tuple[str, ...] = (
@@ -58,6 +66,28 @@ RECORD_FIELDS: tuple[str, ...] = (
     "outcome",
 )
 _FIELD_SET = frozenset(RECORD_FIELDS)
+#: Every v2 field: v1's, then the router's signed decision and the executor's signature.
+RECORD_FIELDS_V2: tuple[str, ...] = (*RECORD_FIELDS, "decision", "executor_sig")
+_FIELD_SET_V2 = frozenset(RECORD_FIELDS_V2)
+DECISION_FIELDS = ("claims", "key_id", "sig")
+SIGNATURE_FIELDS = ("key_id", "sig")
+#: The router's claims, in documentation order (all required, no others allowed).
+CLAIM_FIELDS: tuple[str, ...] = (
+    "record_id",
+    "router",
+    "node",
+    "rules_sha256",
+    "domain",
+    "confidence_ppm",
+    "l2_confirmation",
+    "path",
+    "subtree",
+    "executor",
+    "l1_in_us",
+    "decided_ns",
+)
+CONFIDENCE_PPM_MAX = 1_000_000
+PATH_MAX = 8
 _HOP_FIELDS = ("layer", "node", "latency_us")
 _HOP_SET = frozenset(_HOP_FIELDS)
 _EXPERT_FIELDS = ("layer", "expert", "tokens")
@@ -71,7 +101,14 @@ U63 = 2**63
 I31 = 2**31
 _slug = re.compile(rf"[a-z0-9][a-z0-9._-]{{0,{SLUG_MAX - 1}}}").fullmatch
 _hex64 = re.compile(r"[0-9a-f]{64}").fullmatch
-_uuid7 = re.compile(r"[0-9a-f]{8}-[0-9a-f]{4}-7[0-9a-f]{3}-[89ab][0-9a-f]{3}-[0-9a-f]{12}").fullmatch
+UUID7_PATTERN = r"[0-9a-f]{8}-[0-9a-f]{4}-7[0-9a-f]{3}-[89ab][0-9a-f]{3}-[0-9a-f]{12}"
+_uuid7 = re.compile(UUID7_PATTERN).fullmatch
+L1_NODE_PATTERN = r"l1\.[0-9a-f]{16}"
+KEY_ID_PATTERN = r"ed25519:[0-9a-f]{16}"
+SIGNATURE_PATTERN = r"[A-Za-z0-9+/]{85}[AQgw]=="  # 64 bytes in standard base64, the unused bits zero
+_l1_node = re.compile(L1_NODE_PATTERN).fullmatch
+_key_id = re.compile(KEY_ID_PATTERN).fullmatch
+_signature = re.compile(SIGNATURE_PATTERN).fullmatch
 
 
 def is_slug(value: object) -> bool:
@@ -230,7 +267,7 @@ def check_outcome(outcome: Any) -> None:
 
 
 def validate_record(rec: Any) -> None:
-    """Raise ``RecordError`` unless ``rec`` is a valid v1 record.
+    """Raise ``RecordError`` unless ``rec`` is a valid v1 or v2 record.
 
     Only the format is checked: whether a record's time lies in the window the platform accepts is the
     platform's policy (ingest), and canonical form is checked by ``decode_record``.
@@ -242,10 +279,10 @@ def validate_record(rec: Any) -> None:
     v = rec["v"]
     if type(v) is not int:
         _fail(WRONG_TYPE, "v", "v must be an integer")
-    if v != RECORD_VERSION:
-        _fail(UNSUPPORTED_VERSION, "v", f"record version {v} is not supported (expected {RECORD_VERSION})")
-    if rec.keys() != _FIELD_SET:
-        _check_keys(rec, RECORD_FIELDS, "")
+    if v not in SUPPORTED_VERSIONS:
+        _fail(UNSUPPORTED_VERSION, "v", f"record version {v} is not supported (expected 1 or 2)")
+    if rec.keys() != (_FIELD_SET if v == RECORD_VERSION else _FIELD_SET_V2):
+        _check_keys(rec, RECORD_FIELDS if v == RECORD_VERSION else RECORD_FIELDS_V2, "")
 
     record_id = rec["record_id"]
     if type(record_id) is not str:
@@ -297,6 +334,76 @@ def validate_record(rec: Any) -> None:
         _fail(INCONSISTENT_TOTALS, "expert_tokens", "expert_tokens must equal the sum of experts' tokens")
     if prefix_hits > tokens_in:
         _fail(INCONSISTENT_TOTALS, "prefix_cache_hit_tokens", "prefix_cache_hit_tokens exceeds tokens_in")
+    if v == RECORD_VERSION_V2:
+        _check_signature_form(rec["executor_sig"], "executor_sig", SIGNATURE_FIELDS)
+        _check_signature_form(rec["decision"], "decision", DECISION_FIELDS)
+        check_decision_agrees(rec, _check_claims(rec["decision"]["claims"]))
+
+
+def _check_signature_form(value: Any, field: str, fields: tuple[str, ...]) -> None:
+    if type(value) is not dict:
+        _fail(WRONG_TYPE, field, f"{field} must be an object")
+    if value.keys() != set(fields):
+        _check_keys(value, fields, field + ".")
+    key_id, signature = value["key_id"], value["sig"]
+    if type(key_id) is not str or _key_id(key_id) is None:
+        _fail(INVALID_VALUE, field + ".key_id", f"{field}.key_id must match {KEY_ID_PATTERN}")
+    if type(signature) is not str or _signature(signature) is None:
+        _fail(INVALID_VALUE, field + ".sig", f"{field}.sig must be a 64-byte signature in standard base64")
+
+
+def _check_claims(claims: Any) -> dict[str, Any]:
+    """The form of the router's claims (docs/record-format.md, "Record format v2")."""
+    where = "decision.claims"
+    if type(claims) is not dict:
+        _fail(WRONG_TYPE, where, "decision.claims must be an object")
+    if claims.keys() != set(CLAIM_FIELDS):
+        _check_keys(claims, CLAIM_FIELDS, where + ".")
+    if type(claims["record_id"]) is not str or _uuid7(claims["record_id"]) is None:
+        _fail(INVALID_VALUE, where + ".record_id", "decision.claims.record_id must be a UUIDv7")
+    for name in ("router", "subtree", "executor"):
+        _slug_field(claims[name], f"{where}.{name}")
+    if claims["domain"] is not None:
+        _slug_field(claims["domain"], where + ".domain")
+    node = claims["node"]
+    if type(node) is not str or _l1_node(node) is None:
+        _fail(INVALID_VALUE, where + ".node", f"decision.claims.node must match {L1_NODE_PATTERN}")
+    if type(claims["rules_sha256"]) is not str or _hex64(claims["rules_sha256"]) is None:
+        _fail(INVALID_VALUE, where + ".rules_sha256", "decision.claims.rules_sha256 must be 64 lowercase hex")
+    if claims["confidence_ppm"] is not None:
+        _uint(claims["confidence_ppm"], where + ".confidence_ppm", CONFIDENCE_PPM_MAX + 1)
+    if type(claims["l2_confirmation"]) is not bool:
+        _fail(WRONG_TYPE, where + ".l2_confirmation", "decision.claims.l2_confirmation must be a boolean")
+    path = claims["path"]
+    if type(path) is not list or not 0 < len(path) <= PATH_MAX:
+        _fail(INVALID_VALUE, where + ".path", f"decision.claims.path must be a list of 1..{PATH_MAX} layers")
+    for layer in path:
+        if type(layer) is not str or layer not in HOP_LAYERS:
+            _fail(INVALID_VALUE, where + ".path", 'decision.claims.path holds only "L1", "L2" and "L3"')
+    _uint(claims["l1_in_us"], where + ".l1_in_us", U32)
+    _uint(claims["decided_ns"], where + ".decided_ns", U63, 1)
+    return claims
+
+
+def check_decision_agrees(rec: Mapping[str, Any], claims: Mapping[str, Any]) -> None:
+    """The record is the one the router decided (``decision_mismatch`` otherwise): its id, its
+    executor, its start (the router's receipt: ``decided_ns`` − ``l1_in_us``), its hops along the
+    decided path (or the first L1 hop alone, for a request the executor refused), every L1 hop on the
+    router's node, and the first hop at least as long as the router's part of it."""
+    hops = rec["hops"]
+    layers = [hop["layer"] for hop in hops]
+    if claims["record_id"] != rec["record_id"]:
+        _fail(DECISION_MISMATCH, "decision.claims.record_id", "the decision is for another record")
+    if claims["executor"] != rec["agent_id"]:
+        _fail(DECISION_MISMATCH, "decision.claims.executor", "the decision names another executor")
+    if rec["start_ns"] != claims["decided_ns"] - claims["l1_in_us"] * 1000:
+        _fail(DECISION_MISMATCH, "start_ns", "start_ns must be decided_ns - l1_in_us * 1000")
+    if layers != claims["path"] and not (rec["status"] == "rejected" and layers == ["L1"]):
+        _fail(DECISION_MISMATCH, "hops", "the hops must follow the decided path")
+    if any(hop["node"] != claims["node"] for hop in hops if hop["layer"] == "L1"):
+        _fail(DECISION_MISMATCH, "hops", "every L1 hop must be on the router's node")
+    if hops[0]["latency_us"] < claims["l1_in_us"]:
+        _fail(DECISION_MISMATCH, "hops[0].latency_us", "the first L1 hop must include the router's l1_in_us")
 
 
 def parse_record_line(line: bytes) -> dict[str, Any]:

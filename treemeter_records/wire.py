@@ -27,7 +27,15 @@ from msgspec import Meta, Struct
 from .encoding import matches_canonical
 from .errors import RecordError
 from .limits import NODE_MAX, SLUG_MAX, TEXT_MAX
-from .validation import check_outcome
+from .validation import (
+    CONFIDENCE_PPM_MAX,
+    KEY_ID_PATTERN,
+    L1_NODE_PATTERN,
+    PATH_MAX,
+    SIGNATURE_PATTERN,
+    UUID7_PATTERN,
+    check_outcome,
+)
 
 _INT63 = 2**63 - 1
 _UINT32 = 2**32 - 1
@@ -54,15 +62,52 @@ class WireExpert(Struct, forbid_unknown_fields=True, gc=False):
     tokens: Annotated[int, Meta(ge=1, le=_UINT32)]
 
 
-class WireRecord(Struct, forbid_unknown_fields=True, gc=False):
-    """A v1 record as decoded from its wire line; fields in canonical key order (see the module doc)."""
+KeyId = Annotated[str, Meta(pattern=rf"^{KEY_ID_PATTERN}\Z")]
+Signature = Annotated[str, Meta(pattern=rf"^{SIGNATURE_PATTERN}\Z")]
+RecordId = Annotated[str, Meta(pattern=rf"^{UUID7_PATTERN}\Z")]
+Layer = Literal["L1", "L2", "L3"]
+
+
+class WireClaims(Struct, forbid_unknown_fields=True, gc=False):
+    """A v2 record's router claims; fields in canonical key order."""
+
+    confidence_ppm: Annotated[int, Meta(ge=0, le=CONFIDENCE_PPM_MAX)] | None
+    decided_ns: Positive63
+    domain: Slug | None
+    executor: Slug
+    l1_in_us: U32
+    l2_confirmation: bool
+    node: Annotated[str, Meta(pattern=rf"^{L1_NODE_PATTERN}\Z")]
+    path: Annotated[tuple[Layer, ...], Meta(min_length=1, max_length=PATH_MAX)]
+    record_id: RecordId
+    router: Slug
+    rules_sha256: Annotated[str, Meta(pattern=r"^[0-9a-f]{64}\Z")]
+    subtree: Slug
+
+
+class WireDecision(Struct, forbid_unknown_fields=True, gc=False):
+    claims: WireClaims
+    key_id: KeyId
+    sig: Signature
+
+
+class WireSignature(Struct, forbid_unknown_fields=True, gc=False):
+    key_id: KeyId
+    sig: Signature
+
+
+class WireRecord(Struct, forbid_unknown_fields=True, gc=False, kw_only=True, omit_defaults=True):
+    """A v1 or v2 record as decoded from its wire line; fields in canonical key order (see the module
+    doc). v1 lines have no ``decision`` and ``executor_sig`` (None here, and left out when encoded)."""
 
     agent_id: Slug
     client_request_id: Annotated[str, Meta(max_length=TEXT_MAX)]
     clock_drift_us: Annotated[int, Meta(gt=-(2**31), lt=2**31)]
     contract: Slug
+    decision: WireDecision | None = None
     distinct_experts: U63
     end_ns: Positive63
+    executor_sig: WireSignature | None = None
     expert_cache_hits: U32
     expert_cache_misses: U32
     expert_tokens: U63
@@ -72,9 +117,7 @@ class WireRecord(Struct, forbid_unknown_fields=True, gc=False):
     outcome: msgspec.Raw
     package: Slug
     prefix_cache_hit_tokens: U32
-    record_id: Annotated[
-        str, Meta(pattern=r"^[0-9a-f]{8}-[0-9a-f]{4}-7[0-9a-f]{3}-[89ab][0-9a-f]{3}-[0-9a-f]{12}\Z")
-    ]
+    record_id: RecordId
     seq: U63
     sla_class: Slug
     start_ns: Positive63
@@ -82,7 +125,7 @@ class WireRecord(Struct, forbid_unknown_fields=True, gc=False):
     tenant: Slug
     tokens_in: U32
     tokens_out: U32
-    v: Annotated[int, Meta(ge=1, le=1)]
+    v: Annotated[int, Meta(ge=1, le=2)]
     weights_sha3: Annotated[str, Meta(pattern=r"^[0-9a-f]{64}\Z")]
 
 
@@ -119,10 +162,28 @@ def fast_record(line: bytes) -> WireRecord | None:
     for hop in rec.hops:
         if not hop.node.isprintable():
             return None
+    if (rec.v == 2) != (rec.decision is not None) or (rec.v == 2) != (rec.executor_sig is not None):
+        return None
+    if rec.decision is not None and not _agrees(rec, rec.decision.claims):
+        return None
     raw = bytes(rec.outcome)
     if raw != _NULL and not _outcome_valid(raw):
         return None
     return rec
+
+
+def _agrees(rec: WireRecord, claims: WireClaims) -> bool:
+    """``validation.check_decision_agrees``, on the Structs."""
+    hops = rec.hops
+    layers = tuple(hop.layer for hop in hops)
+    return (
+        claims.record_id == rec.record_id
+        and claims.executor == rec.agent_id
+        and rec.start_ns == claims.decided_ns - claims.l1_in_us * 1000
+        and (layers == claims.path or (rec.status == "rejected" and layers == ("L1",)))
+        and all(hop.node == claims.node for hop in hops if hop.layer == "L1")
+        and hops[0].latency_us >= claims.l1_in_us
+    )
 
 
 def _outcome_valid(raw: bytes) -> bool:

@@ -22,6 +22,7 @@ from treemeter_records import (
 from treemeter_records.limits import JSON_MAX_DEPTH, JSON_MAX_MEMBERS
 
 from .conftest import FIXED_RECORD
+from .test_records_v2 import V2_CODES
 
 Mutation = Callable[[dict[str, Any]], Any]
 
@@ -41,7 +42,8 @@ def _set_in(field: str, index: int, key: str, value: Any) -> Mutation:
 
 CASES: list[tuple[str, Mutation, str, str | None]] = [
     # unsupported_version
-    ("v2", _set("v", 2), "unsupported_version", "v"),
+    ("v3", _set("v", 3), "unsupported_version", "v"),
+    ("v2 without its decision", _set("v", 2), "missing_field", "decision"),
     ("v0", _set("v", 0), "unsupported_version", "v"),
     # missing_field / unknown_field
     ("no v", lambda r: r.pop("v"), "missing_field", "v"),
@@ -266,7 +268,7 @@ def test_boundaries_accepted(record: dict[str, Any]) -> None:
 
 
 def test_every_code_has_a_case() -> None:
-    covered = {c[2] for c in CASES} | {"malformed_record", "non_canonical"}
+    covered = {c[2] for c in CASES} | {"malformed_record", "non_canonical"} | V2_CODES
     assert covered == RECORD_ERROR_CODES
 
 
