@@ -8,7 +8,7 @@ import json
 import multiprocessing
 from collections import defaultdict
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from decimal import Decimal, InvalidOperation
 from hashlib import sha256
 from typing import Any
@@ -21,7 +21,8 @@ from .canonical import canonical_bytes
 from .keys import PinnedKeys
 from .merkle import ProofError, root_from_multi_inclusion, root_of_leaves, verify_consistency
 from .note import Checkpoint, NoteError, open_checkpoint
-from .records import match_record, parse_record, usage_of_columns
+from .records import load_record, match_record, record_fields, usage_of_columns
+from .routed import is_routed, routing_problem
 
 FORMAT = "treemeter-invoice-export/1"
 BATCH_DOMAIN = b"treemeter-batch-v1\n"
@@ -113,7 +114,8 @@ def _verify(
     if previous is not None:
         _check_consistency(manifest, checkpoint, previous, keys, report)
     batches = _check_batches(manifest["batches"], keys, report)
-    scans = _scan_all(_Scope(lines, batches, invoice), _runs(manifest["runs"], len(lines)), jobs)
+    scope = _Scope(lines, batches, invoice, keys.agents)
+    scans = _scan_all(scope, _runs(manifest["runs"], len(lines)), jobs)
     unsigned = [p for scan in scans for p in scan.unsigned]
     unlogged = [p for scan in scans for p in scan.unlogged]
     foreign = [p for scan in scans for p in scan.foreign]
@@ -126,6 +128,8 @@ def _verify(
     ]
     report.add("batch signatures", unsigned, f"{len(lines)} records in {len(batches)} agent-signed batches")
     report.add("records belong to the invoice", foreign, f"{len(lines)} records of {invoice['contract']}")
+    misrouted = [p for scan in scans for p in scan.misrouted]
+    _check_routing(sum(scan.routed for scan in scans), misrouted, report)
     _check_inclusion(included, checkpoint, manifest, unlogged, report)
     _check_completeness(batches, manifest.get("reported_gaps", {}), report)
     _check_lines(invoice, manifest["prices"], usage, len(lines), report)
@@ -141,11 +145,13 @@ class _Scope:
     lines: list[bytes]
     batches: list[_Batch]
     invoice: dict[str, Any]
+    agents: dict[str, bytes]  # pinned agent (and router) keys by key id
 
 
 @dataclass
 class _Scan:
-    """What some runs of record lines yield: problems, ids, logged leaves, summed billable usage."""
+    """What some runs of record lines yield: problems, ids, logged leaves, summed billable usage, and
+    how many records are routed (format v2)."""
 
     unsigned: list[str] = field(default_factory=list)
     unlogged: list[str] = field(default_factory=list)
@@ -154,10 +160,12 @@ class _Scan:
     indices: list[int] = field(default_factory=list)
     leaves: bytes = b""
     usage: list[int] = field(default_factory=lambda: [0] * len(rating.DIMENSIONS))
+    routed: int = 0
+    misrouted: list[str] = field(default_factory=list)
 
 
 # What forked scanners read (inherited, never pickled): per share its joined lines and runs.
-_SHARES: list[tuple[bytes, list[Run], list[_Batch], dict[str, Any]]] = []
+_SHARES: list[tuple[bytes, list[Run], _Scope]] = []
 LINES_PER_JOB = 50_000  # fewer lines than this per process: forking costs more than it saves
 
 
@@ -200,7 +208,7 @@ def _scan_all(scope: _Scope, runs: list[Run], jobs: int) -> list[_Scan]:
     if current:
         shares.append(current)
     _SHARES = [
-        (b"\n".join(scope.lines[part[0][0] : part[-1][0] + part[-1][1]]), part, scope.batches, scope.invoice)
+        (b"\n".join(scope.lines[part[0][0] : part[-1][0] + part[-1][1]]), part, replace(scope, lines=[]))
         for part in shares
     ]
     try:
@@ -211,11 +219,9 @@ def _scan_all(scope: _Scope, runs: list[Run], jobs: int) -> list[_Scan]:
 
 
 def _scan_forked(number: int) -> _Scan:
-    blob, part, batches, invoice = _SHARES[number]
+    blob, part, scope = _SHARES[number]
     base = part[0][0]
-    return _scan(
-        _Scope(blob.split(b"\n"), batches, invoice), [(o - base, c, i, s, p) for o, c, i, s, p in part]
-    )
+    return _scan(replace(scope, lines=blob.split(b"\n")), [(o - base, c, i, s, p) for o, c, i, s, p in part])
 
 
 def _scan(scope: _Scope, runs: list[Run]) -> _Scan:
@@ -236,7 +242,7 @@ def _scan(scope: _Scope, runs: list[Run]) -> _Scan:
         batch = scope.batches[slot] if slot is not None and 0 <= slot < len(scope.batches) else None
         whole = _scan_run(lines, first, position, batch, bounds) if first is not None and batch else None
         if whole is None or first is None:
-            _scan_lines(lines, run, scope.batches, bounds, out, leaves, matched, parsed)
+            _scan_lines(lines, run, scope, bounds, out, leaves, matched, parsed)
             continue
         record_ids, run_leaves, usage = whole
         out.record_ids += record_ids
@@ -284,7 +290,7 @@ def _scan_run(
 def _scan_lines(
     lines: list[bytes],
     run: Run,
-    batches: list[_Batch],
+    scope: _Scope,
     bounds: tuple[Any, ...],
     out: _Scan,
     leaves: list[bytes],
@@ -294,6 +300,7 @@ def _scan_lines(
     """The per-line checks of one run, naming every record that fails one."""
     offset, _, first, slot, position = run
     tenant, contract, start, end = bounds
+    batches = scope.batches
     batch = batches[slot] if slot is not None and 0 <= slot < len(batches) else None
     for k, line in enumerate(lines):
         leaf = sha256(b"\x00" + line).digest()
@@ -307,13 +314,16 @@ def _scan_lines(
             if status == b"ok":
                 matched.append(groups)
         else:
-            fields = parse_record(line)
+            record = load_record(line)
+            fields = record_fields(record)
             if fields is None:
                 out.foreign.append(f"line {offset + k + 1} is not a record")
                 continue
             record_id, agent_id, seq, record_tenant, record_contract, start_ns, status, usage = fields
             if status == b"ok":
                 parsed.append(usage)
+            if is_routed(record):
+                _scan_routed(record, record_id, scope.agents, out)
         out.record_ids.append(record_id)
         line_in_batch = None if position is None else position + k
         if (
@@ -333,6 +343,22 @@ def _scan_lines(
             leaves.append(leaf)
         if record_tenant != tenant or record_contract != contract or not start <= start_ns < end:
             out.foreign.append(f"{record_id.decode()} does not belong to this invoice")
+
+
+def _scan_routed(record: dict[str, Any], record_id: bytes, agents: dict[str, bytes], out: _Scan) -> None:
+    out.routed += 1
+    problem = routing_problem(record, agents)
+    if problem is not None:
+        out.misrouted.append(f"{record_id.decode()}: {problem}")
+
+
+def _check_routing(routed: int, problems: list[str], report: Report) -> None:
+    """Routed (format v2) records: signed by their executor, decided by a pinned router, as decided."""
+    if not routed:
+        report.skip("routing decisions", "no routed (v2) records")
+        return
+    good = f"{routed} routed records signed by their executors and pinned routers, as decided"
+    report.add("routing decisions", problems, good)
 
 
 def _check_checkpoint(manifest: dict[str, Any], keys: PinnedKeys, report: Report) -> Checkpoint | None:

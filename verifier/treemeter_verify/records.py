@@ -4,7 +4,9 @@ Fast path: a canonical record (record format v1: sorted keys, no whitespace, str
 fixed layout, matched by one regular expression that also pins the exact key set. Inside a canonical
 string every quote is escaped, so a key pattern like ``"tokens_in":`` can never match inside a value;
 the only free-form part, ``outcome``, is parsed as JSON when present. A line the expression does not
-match (not canonical, or not a record) takes the slow path: a full JSON parse.
+match (not canonical, not a record, or a record of format v2, which adds ``decision`` and
+``executor_sig`` to the v1 members) takes the slow path: a full JSON parse, whose fields are the same
+for a v2 record as for the v1 record it extends.
 """
 
 from __future__ import annotations
@@ -95,8 +97,20 @@ def fields_of(line: bytes) -> Fields | None:
 
 
 def parse_record(line: bytes) -> Fields | None:
+    return record_fields(load_record(line))
+
+
+def load_record(line: bytes) -> Any:
+    """The JSON value of a line; None when it is not JSON."""
     try:
-        record: Any = json.loads(line)
+        return json.loads(line)
+    except ValueError:
+        return None
+
+
+def record_fields(record: Any) -> Fields | None:
+    """The checked fields of a parsed line; None when it is not a record."""
+    try:
         return (
             str(record["record_id"]).encode(),
             str(record["agent_id"]).encode(),
