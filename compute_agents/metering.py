@@ -1,5 +1,7 @@
 """Metering: one request's record built from what was measured (hops and their latencies, experts,
-cache counts, tokens), committed to the spool with its quota charge, and counted in the metrics."""
+cache counts, tokens), committed to the spool with its quota charge, and counted in the metrics.
+A request an L1 router decided gets a v2 record: the router's signed decision in it, signed by this
+executor's key."""
 
 from __future__ import annotations
 
@@ -9,8 +11,9 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import torch
+from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 
-from treemeter_records import make_record, new_record_id
+from treemeter_records import make_record, new_record_id, sign_record
 
 from .engine import Engine, Generation, expert_counts
 from .entitlements import Entitlement, EntitlementStore, Reservation
@@ -34,6 +37,7 @@ class Trip:
     l1_node: str | None = None
     path: tuple[str, ...] | None = None
     l1_before_us: int = 0
+    decision: dict[str, Any] | None = None  # the router's signed decision: the record is v2, signed
 
     @classmethod
     def routed(cls, route: str, client_request_id: str, routed: Routed) -> Trip:
@@ -47,6 +51,7 @@ class Trip:
             l1_node=claims["node"],
             path=tuple(claims["path"]),
             l1_before_us=claims["l1_in_us"] + routed.transit_us,
+            decision=routed.decision,
         )
 
     def l1_so_far_us(self) -> int:
@@ -62,6 +67,7 @@ class AgentIdentity:
     agent_id: str
     node: str  # this host's L3 node name
     cache_node: str
+    key: Ed25519PrivateKey | None = None  # signs the v2 records of requests a router decided
 
 
 class Meter:
@@ -123,7 +129,7 @@ class Meter:
         )
 
         def build(seq: int) -> dict[str, Any]:
-            return make_record(
+            record = make_record(
                 agent_id=self.identity.agent_id,
                 seq=seq,
                 record_id=trip.record_id,
@@ -146,6 +152,11 @@ class Meter:
                 expert_cache_misses=misses,
                 status=status,
             )
+            if trip.decision is None:
+                return record
+            if self.identity.key is None:
+                raise RuntimeError("an executor behind a router signs its records: it needs its key")
+            return sign_record(record, trip.decision, self.identity.key)
 
         try:
             record = self.spool.append(build, charge)

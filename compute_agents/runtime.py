@@ -158,7 +158,7 @@ def build_agent(settings: AgentSettings, seed: bytes) -> Agent:
     )
     service = AgentService(
         AgentIdentity(
-            settings.agent_id, node=f"{settings.agent_id}.l3", cache_node=f"{settings.agent_id}.l2"
+            settings.agent_id, node=f"{settings.agent_id}.l3", cache_node=f"{settings.agent_id}.l2", key=key
         ),
         engine,
         spool,

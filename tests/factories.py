@@ -119,14 +119,16 @@ class SigningAgent:
         return build_batch(records, self.agent_id, self.key)
 
 
-def signing_agent(*contracts: Contract, agent_id: str = "agent-1") -> SigningAgent:
-    """Register an agent bound to the given contracts (and so to their tenants)."""
+def signing_agent(*contracts: Contract, agent_id: str = "agent-1", kind: str = "executor") -> SigningAgent:
+    """Register an agent (an executor, or an L1 router) bound to the given contracts (and so to their
+    tenants)."""
     key = private_key_from_seed(os.urandom(32))
     key_row = register_agent(
         agent_id=agent_id,
         public_key_b64=public_key_to_b64(key),
         tenant_codes=[],
         contract_codes=[c.code for c in contracts],
+        kind=kind,
     )
     return SigningAgent(agent_id=agent_id, key=key, key_row=key_row)
 

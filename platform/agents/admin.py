@@ -16,7 +16,8 @@ class AgentBindingInline(admin.TabularInline):
 
 @admin.register(Agent)
 class AgentAdmin(admin.ModelAdmin):
-    list_display = ["agent_id", "name", "host_class", "active", "created_at"]
+    list_display = ["agent_id", "kind", "name", "host_class", "active", "created_at"]
+    list_filter = ["kind", "active"]
     search_fields = ["agent_id", "name"]
     inlines = [AgentKeyInline, AgentBindingInline]
 

@@ -6,9 +6,16 @@ from contracts.models import Contract
 
 
 class Agent(models.Model):
-    """A compute agent running beside an inference engine; it signs the records it reports."""
+    """A process of the serving tree that signs what it reports: an executor (a compute agent beside an
+    inference engine, which ships records) or an L1 router (which signs the routing decisions inside its
+    executors' v2 records, and ships the records of requests it refused or nobody served)."""
+
+    class Kind(models.TextChoices):
+        EXECUTOR = "executor", "Executor"
+        ROUTER = "router", "L1 router"
 
     agent_id = models.CharField(max_length=64, unique=True, validators=[validate_slug_code])
+    kind = models.CharField(max_length=16, choices=Kind.choices, default=Kind.EXECUTOR)
     name = models.CharField(max_length=200, blank=True)
     host_class = models.CharField(max_length=64, blank=True, help_text="Hardware class, for cost profiles.")
     active = models.BooleanField(default=True)

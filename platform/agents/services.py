@@ -40,11 +40,16 @@ def register_agent(
     contract_codes: Iterable[str] = (),
     name: str = "",
     host_class: str = "",
+    kind: str = Agent.Kind.EXECUTOR,
 ) -> AgentKey:
-    """Create the agent if new, add the key, and bind it to tenants (and optionally contracts).
+    """Create the agent (an executor or an L1 router) if new, add the key, and bind it to tenants
+    (and optionally contracts).
 
-    Idempotent: registering the same agent and key again changes nothing and returns the same key.
+    Idempotent: registering the same agent and key again changes nothing and returns the same key. An
+    agent keeps its kind: registering it again as the other kind is refused (``kind_mismatch``).
     """
+    if kind not in Agent.Kind.values:
+        raise AgentRegistrationError("unknown_kind", f"An agent is one of: {', '.join(Agent.Kind.values)}.")
     raw = decode_public_key(public_key_b64)
     key_id = key_id_for(raw)
     tenants = list(Tenant.objects.filter(code__in=list(tenant_codes)))
@@ -62,8 +67,10 @@ def register_agent(
             tenants.append(contract.tenant)
 
     agent, _ = Agent.objects.get_or_create(
-        agent_id=agent_id, defaults={"name": name or agent_id, "host_class": host_class}
+        agent_id=agent_id, defaults={"name": name or agent_id, "host_class": host_class, "kind": kind}
     )
+    if agent.kind != kind:
+        raise AgentRegistrationError("kind_mismatch", f"Agent {agent_id} is registered as a {agent.kind}.")
     existing = AgentKey.objects.filter(key_id=key_id).first()
     if existing is not None and existing.agent_id != agent.pk:
         raise AgentRegistrationError("key_in_use", "This public key is registered to another agent.")

@@ -5,7 +5,7 @@ the DDL it generates, so editing a function used by an applied migration makes t
 to run: change the schema with a new migration (ALTER …) instead.
 
 `usage_records` holds one row per request: the stored columns are named exactly like the keys of
-usage record format v1, so agent JSON lines insert as they are (JSONEachRow). The derived columns are
+usage record formats v1 and v2, so agent JSON lines insert as they are (JSONEachRow). The derived columns are
 MATERIALIZED/DEFAULT, so `SELECT *` and inserts only ever see the record's own fields.
 
 Cluster variant: a ReplicatedReplacingMergeTree table `usage_records_local` on every node and a
@@ -54,6 +54,13 @@ RECORD_COLUMNS: tuple[tuple[str, str], ...] = (
     ("outcome", "String"),
 )
 RECORD_FIELDS: tuple[str, ...] = tuple(name for name, _ in RECORD_COLUMNS)
+# Record format v2's signed parts (the router's decision, the executor's signature) as their JSON
+# text, added by migration 0004; '' on a v1 record.
+SIGNED_COLUMNS: tuple[tuple[str, str], ...] = (
+    ("decision", "String DEFAULT ''"),
+    ("executor_sig", "String DEFAULT ''"),
+)
+SIGNED_FIELDS: tuple[str, ...] = tuple(name for name, _ in SIGNED_COLUMNS)
 
 
 def _layer_latency(layer: str) -> str:
@@ -118,6 +125,16 @@ def usage_records_ddl(cluster: str) -> list[str]:
         f"SETTINGS replicated_deduplication_window = {DEDUP_WINDOW}",
         f"CREATE TABLE IF NOT EXISTS {USAGE_RECORDS}{on_cluster(name)} AS {USAGE_RECORDS_LOCAL}\n"
         f"ENGINE = Distributed({name}, currentDatabase(), {USAGE_RECORDS_LOCAL}, cityHash64(tenant))",
+    ]
+
+
+def usage_records_signed_columns_ddl(cluster: str) -> list[str]:
+    """ALTER statements adding v2's signed parts to `usage_records` (and its local table on a cluster)."""
+    tables = [USAGE_RECORDS_LOCAL, USAGE_RECORDS] if cluster else [USAGE_RECORDS]
+    return [
+        f"ALTER TABLE {table}{on_cluster(cluster)} ADD COLUMN IF NOT EXISTS {name} {spec}"
+        for table in tables
+        for name, spec in SIGNED_COLUMNS
     ]
 
 

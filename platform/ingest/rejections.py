@@ -18,6 +18,10 @@ DUPLICATE_RECORD_ID = "duplicate_record_id"
 RECORD_ID_REUSED = "record_id_reused"
 SEQ_CONFLICT = "seq_conflict"
 TIMESTAMP_OUT_OF_WINDOW = "timestamp_out_of_window"
+# Record format v2: the router whose decision a record carries (ingest.routing).
+UNKNOWN_ROUTER_KEY = "unknown_router_key"
+ROUTER_KEY_REVOKED = "router_key_revoked"
+ROUTER_NOT_BOUND = "router_not_bound"
 
 _HASHED_PREFIX = "sha256:"
 REJECTED_ID_MAX = len(_HASHED_PREFIX) + 64

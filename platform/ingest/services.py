@@ -52,6 +52,7 @@ from . import rejections, sequences
 from .models import IngestBatch, PendingInsert, RejectedRecord, SequenceGap, SequenceRange
 from .outbox import Committed, StoreUnavailable, store_pending
 from .rejections import rejection
+from .routing import RoutedRecords
 
 _DAY_NS = 86_400 * 10**9
 
@@ -160,7 +161,7 @@ def _commit(
             return IngestAnswer(previous.status_code, previous.response, replayed=True), None
         ranges = list(SequenceRange.objects.filter(agent=agent).values_list("first_seq", "last_seq"))
         try:
-            result = _sort_records(agent, batch, ranges, now, look_up_ids)
+            result = _sort_records(agent, key, batch, ranges, now, look_up_ids)
         except BatchError as error:
             raise IngestRefused(error.http_status, error.code, error.message) from None
         answer = _answer(batch.header_digest, header, result)
@@ -224,7 +225,12 @@ def _dedup_token(agent_id: str, header_digest: str, accepted: list[tuple[int, by
 
 
 def _sort_records(
-    agent: Agent, batch: ParsedBatch, ranges: list[sequences.Range], now: datetime, look_up_ids: bool
+    agent: Agent,
+    batch_key: AgentKey,
+    batch: ParsedBatch,
+    ranges: list[sequences.Range],
+    now: datetime,
+    look_up_ids: bool,
 ) -> _Sorted:
     """Decide for each record: accepted, duplicate, or rejected with a reason code. Without
     `look_up_ids`, record ids logged already are left to the log's unique index to refuse."""
@@ -240,6 +246,7 @@ def _sort_records(
             )
         )
     scope = agent_scope(agent.pk)
+    routed = RoutedRecords(batch_key)
     contracts = _contract_terms({record.contract for _, record in checked.valid})
     now_ns = unix_nanos(now)
     skew_s = settings.INGEST_MAX_FUTURE_SKEW_SECONDS  # read once: a setting costs µs per read
@@ -248,6 +255,7 @@ def _sort_records(
     for (seq, record), index in zip(checked.valid, checked.valid_index, strict=True):
         record_id = record.record_id
         refusal = _policy_problem(record, contracts, scope.allows, seen_ids, now_ns, skew_s)
+        refusal = refusal or routed.problem(record, batch.lines[index])
         if refusal:
             result.rejections.append(rejection(seq, record_id, *refusal))
             continue

@@ -84,7 +84,7 @@ def test_revoking_keeps_the_first_revocation_time() -> None:
 def test_management_command_registers_and_explains_errors(capsys: Any) -> None:
     tenant = TenantFactory.create()
     call_command("register_agent", "gpu-9", "--public-key", new_public_key(), "--tenant", tenant.code)
-    assert "registered gpu-9 key ed25519:" in capsys.readouterr().out
+    assert "registered executor gpu-9 key ed25519:" in capsys.readouterr().out
     with pytest.raises(CommandError, match="unknown_tenant"):
         call_command("register_agent", "gpu-9", "--public-key", new_public_key(), "--tenant", "nobody")
     with pytest.raises(CommandError, match="at least one"):

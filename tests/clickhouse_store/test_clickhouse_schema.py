@@ -94,6 +94,9 @@ def test_created_table_matches_the_record_format(ch: None) -> None:
         "l2_latency_us": ("UInt64", "MATERIALIZED"),
         "l3_latency_us": ("UInt64", "MATERIALIZED"),
         "ingested_at": ("DateTime64(3, 'UTC')", "DEFAULT"),
+        # Record format v2's signed parts (migration 0004), '' on a v1 record.
+        "decision": ("String", "DEFAULT"),
+        "executor_sig": ("String", "DEFAULT"),
     }
     ((engine, sorting_key),) = query.select(
         "SELECT engine, sorting_key FROM system.tables "

@@ -1,6 +1,7 @@
 """The serving tree as real processes (`route` and two `serve --router-url`), one executor killed with
 SIGKILL under load: every request is answered, through failover, and every answer is billed once, as
-the records that reach the platform show."""
+the records that reach the platform show (v2 records: ingest checks the router's and the executor's
+signatures)."""
 
 from __future__ import annotations
 
@@ -20,6 +21,7 @@ from agents.services import register_agent
 from clickhouse_store import query
 from compute_agents.runtime import pin_platform_key
 from entitlements.services import issue_api_key
+from ingest.models import RejectedRecord
 from tests.compute_agents.test_tree_serving import free_port
 from tests.factories import ContractFactory
 from treemeter_records import private_key_from_seed, public_key_to_b64
@@ -33,13 +35,17 @@ def agent_command(data_dir: Path, *args: str) -> list[str]:
     return [sys.executable, "-m", "compute_agents", "--key-file", str(data_dir / "agent.key"), *args]
 
 
-def registered(name: str, data_dir: Path, platform_url: str, contract_code: str) -> str:
+def registered(
+    name: str, data_dir: Path, platform_url: str, contract_code: str, kind: str = "executor"
+) -> str:
     """A registered agent's data directory with its key and the pinned platform key; its public key."""
     seed = os.urandom(32)
     data_dir.mkdir(parents=True)
     (data_dir / "agent.key").write_bytes(seed)
     public_key = public_key_to_b64(private_key_from_seed(seed))
-    register_agent(agent_id=name, public_key_b64=public_key, tenant_codes=[], contract_codes=[contract_code])
+    register_agent(
+        agent_id=name, public_key_b64=public_key, tenant_codes=[], contract_codes=[contract_code], kind=kind
+    )
     pin_platform_key(platform_url, data_dir)
     return public_key
 
@@ -63,7 +69,7 @@ def test_sigkill_of_an_executor_under_load_loses_no_answer_and_bills_each_once(
     contract = ContractFactory.create()
     api_key = issue_api_key(contract_code=contract.code).secret
     url = live_server.url
-    router_key = registered("router-1", tmp_path / "router", url, contract.code)
+    router_key = registered("router-1", tmp_path / "router", url, contract.code, kind="router")
     executor_keys = {
         name: registered(name, tmp_path / name, url, contract.code) for name in ("exec-a", "exec-b")
     }
@@ -167,10 +173,12 @@ def test_sigkill_of_an_executor_under_load_loses_no_answer_and_bills_each_once(
     assert not failures and all(answer.status_code == 200 for answer in answers.values())
     assert stats["by_executor"].get("exec-a", 0) > 0 and stats["by_executor"].get("exec-b", 0) > 0
     assert stats["unserved"] == 0
-    rows = query.select(f"SELECT client_request_id, record_id, agent_id, status FROM {query.RECORDS}")
+    assert not RejectedRecord.objects.exists()  # every routed record's signatures verified at ingest
+    rows = query.select(f"SELECT client_request_id, record_id, agent_id, status, v FROM {query.RECORDS}")
+    assert {row[4] for row in rows} == {2}
     ok = [row for row in rows if row[3] == "ok"]
     by_request: dict[str, list[str]] = {}
-    for client_request_id, record_id, _, _ in ok:
+    for client_request_id, record_id, _, _, _ in ok:
         by_request.setdefault(client_request_id, []).append(str(record_id))
     for request_id, answer in answers.items():
         assert answer.headers["x-request-id"] in by_request[request_id]  # the answer's own record

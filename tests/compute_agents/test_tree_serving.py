@@ -32,7 +32,13 @@ from entitlements.services import issue_api_key
 from tests.compute_agents.agent_harness import Harness, start_agent
 from tests.compute_agents.openai_server import record, records, serving_app
 from tests.factories import ContractFactory
-from treemeter_records import private_key_from_seed, protocol, public_key_to_b64
+from treemeter_records import (
+    check_record_signatures,
+    private_key_from_seed,
+    protocol,
+    public_key_to_b64,
+    record_signing_bytes,
+)
 
 pytestmark = [pytest.mark.usefixtures("clickhouse"), pytest.mark.django_db(transaction=True)]
 
@@ -78,6 +84,7 @@ def serving_tree(live_server: Any, tiny_model: Path, tmp_path: Path, contract: C
         public_key_b64=public_key_to_b64(router_key),
         tenant_codes=[],
         contract_codes=[contract.code],
+        kind="router",
     )
     pin_platform_key(live_server.url, tmp_path / "router")
     seeds = {name: os.urandom(32) for name in ("exec-a", "exec-b")}
@@ -163,6 +170,16 @@ def test_requests_through_the_router_are_recorded_by_their_executor_under_its_de
         assert tuple(hop["layer"] for hop in rec["hops"]) == path
         assert rec["hops"][0]["latency_us"] > 0
         assert rec["end_ns"] > rec["start_ns"]
+        # v2: the router's decision as it signed it, and the executor's signature over the record.
+        assert rec["v"] == 2 and rec["decision"]["claims"]["executor"] == name
+        assert rec["decision"]["claims"]["record_id"] == rec["record_id"]
+        check_record_signatures(
+            record_signing_bytes(rec),
+            rec["executor_sig"],
+            rec["decision"],
+            private_key_from_seed(tree.executors[name].seed).public_key(),
+            tree.router.service.key.public_key(),
+        )
     assert set(served.values()) == {"exec-a", "exec-b"}  # both take traffic
     assert lines[-1] == "data: [DONE]" and tree.served_by(stream_id)[1]["status"] == "ok"
     assert sum(stats["by_executor"].values()) == 9 and stats["failovers"] == 0 and stats["unserved"] == 0

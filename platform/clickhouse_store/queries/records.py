@@ -10,9 +10,10 @@ from typing import Any
 import orjson
 
 from .. import query
-from ..schema import RECORD_FIELDS, USAGE_RECORDS
+from ..schema import RECORD_FIELDS, SIGNED_FIELDS, USAGE_RECORDS
 
-_COLUMNS = ", ".join("toString(record_id)" if name == "record_id" else name for name in RECORD_FIELDS)
+_FIELDS = (*RECORD_FIELDS, *SIGNED_FIELDS)
+_COLUMNS = ", ".join("toString(record_id)" if name == "record_id" else name for name in _FIELDS)
 _PERIOD_SQL = (
     f"SELECT {_COLUMNS} FROM {query.RECORDS} "  # noqa: S608 - constant table and column names
     "WHERE tenant = {tenant:String} AND contract = {contract:String} "
@@ -21,7 +22,7 @@ _PERIOD_SQL = (
 
 
 def insert_record_lines(body: bytes, dedup_token: str) -> None:
-    """Insert a batch's accepted records, JSON lines of usage record format v1, into usage_records.
+    """Insert a batch's accepted records, JSON lines of usage record format v1 or v2, into usage_records.
     A repeat with the same `dedup_token` is dropped by the engine."""
     query.insert_json_lines(USAGE_RECORDS, body, dedup_token=dedup_token)
 
@@ -34,7 +35,11 @@ def _named(item: Any, names: tuple[str, ...]) -> dict[str, Any]:
 
 
 def _record_from_row(row: Iterable[Any]) -> dict[str, Any]:
-    record = dict(zip(RECORD_FIELDS, row, strict=True))
+    record = dict(zip(_FIELDS, row, strict=True))
+    for name in SIGNED_FIELDS:  # v2's signed parts, absent from a v1 record
+        text = record.pop(name)
+        if record["v"] != 1:
+            record[name] = orjson.loads(text)
     record["hops"] = [_named(h, ("layer", "node", "latency_us")) for h in record["hops"]]
     record["experts"] = [_named(e, ("layer", "expert", "tokens")) for e in record["experts"]]
     record["outcome"] = orjson.loads(record["outcome"]) if record["outcome"] else None
@@ -43,7 +48,7 @@ def _record_from_row(row: Iterable[Any]) -> dict[str, Any]:
 
 def stored_records(tenant: str, contract: str, start_ns: int, end_ns: int) -> Iterator[dict[str, Any]]:
     """The stored records (FINAL: each once) of a contract with start_ns in [start_ns, end_ns), as
-    record format v1 dicts. The query runs now; each row becomes a dict only as it is iterated."""
+    record format v1/v2 dicts. The query runs now; each row becomes a dict only as it is iterated."""
     rows = query.select(
         _PERIOD_SQL, {"tenant": tenant, "contract": contract, "start": start_ns, "end": end_ns}
     )
@@ -69,7 +74,7 @@ def records_page(
     tenant: str, contract: str, start_ns: int, end_ns: int, limit: int, offset: int
 ) -> tuple[int, list[dict[str, Any]]]:
     """How many records the contract has with start_ns in [start_ns, end_ns), and one page of them in
-    time order (record format v1 dicts)."""
+    time order (record format v1/v2 dicts)."""
     params = {"tenant": tenant, "contract": contract, "start": start_ns, "end": end_ns}
     [(total,)] = query.select(
         f"SELECT count() FROM {query.RECORDS} "  # noqa: S608 - constant table name

@@ -3,6 +3,7 @@ from typing import Any
 
 from django.core.management.base import BaseCommand, CommandError
 
+from agents.models import Agent
 from agents.services import AgentRegistrationError, register_agent
 
 
@@ -17,6 +18,12 @@ class Command(BaseCommand):
         parser.add_argument("--tenant", action="append", default=[], dest="tenants")
         parser.add_argument("--contract", action="append", default=[], dest="contracts")
         parser.add_argument("--host-class", default="")
+        parser.add_argument(
+            "--kind",
+            choices=Agent.Kind.values,
+            default=Agent.Kind.EXECUTOR,
+            help="router: an L1 router, whose key signs the routing decisions in its executors' records",
+        )
 
     def handle(self, *args: Any, **options: Any) -> None:
         if not options["tenants"] and not options["contracts"]:
@@ -28,7 +35,8 @@ class Command(BaseCommand):
                 tenant_codes=options["tenants"],
                 contract_codes=options["contracts"],
                 host_class=options["host_class"],
+                kind=options["kind"],
             )
         except AgentRegistrationError as error:
             raise CommandError(f"{error.code}: {error.message}") from None
-        self.stdout.write(f"registered {options['agent_id']} key {key.key_id}")
+        self.stdout.write(f"registered {options['kind']} {options['agent_id']} key {key.key_id}")
