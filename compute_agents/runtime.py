@@ -147,13 +147,13 @@ def build_agent(settings: AgentSettings, seed: bytes) -> Agent:
         if settings.quota_leases
         else None
     )
-    if (settings.router_url is None) != (settings.router_key is None) or (
-        settings.router_url is not None and settings.advertise_url is None
+    if bool(settings.router_url) != bool(settings.router_key) or (
+        settings.router_url and not settings.advertise_url
     ):
         raise SystemExit("An executor behind a router needs --router-url, --router-key and --advertise-url.")
     decisions = (
         DecisionReader(public_key_from_b64(settings.router_key), settings.agent_id)
-        if settings.router_key is not None
+        if settings.router_key
         else None
     )
     service = AgentService(
@@ -172,7 +172,7 @@ def build_agent(settings: AgentSettings, seed: bytes) -> Agent:
         spool, settings.platform_url, settings.agent_id, key, settings.batch_size, settings.batch_age_s
     )
     heartbeat = None
-    if settings.router_url is not None and settings.advertise_url is not None:
+    if settings.router_url and settings.advertise_url:
         card = ExecutorCard(
             settings.agent_id,
             settings.advertise_url,

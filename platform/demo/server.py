@@ -3,6 +3,7 @@ so the process that owns it serves HTTP, ingests and invoices."""
 
 from __future__ import annotations
 
+import logging
 import threading
 from typing import Any
 
@@ -16,6 +17,7 @@ class _QuietHandler(WSGIRequestHandler):
 
 def start_api_server(host: str, port: int) -> tuple[ThreadedWSGIServer, str]:
     """Serve the WSGI app in a daemon thread. Port 0 picks a free port. Returns the server and its URL."""
+    logging.getLogger("django.server").setLevel(logging.WARNING)  # not "Broken pipe" when a client leaves
     server = ThreadedWSGIServer((host, port), _QuietHandler, allow_reuse_address=True)
     server.set_app(get_internal_wsgi_application())
     threading.Thread(target=server.serve_forever, name="api-server", daemon=True).start()

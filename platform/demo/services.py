@@ -1,4 +1,5 @@
-"""Seed the demo tenants, packages, contracts, customer API keys and the agent (idempotent)."""
+"""Seed the demo tenants, packages, contracts, customer API keys and the serving tree's agents: one
+L1 router and two executors (idempotent)."""
 
 from __future__ import annotations
 
@@ -12,6 +13,7 @@ from pathlib import Path
 from django.contrib.auth import get_user_model
 
 from accounts.models import Tenant
+from agents.models import Agent
 from agents.services import register_agent
 from catalog.models import ComputePackage
 from contracts.models import Contract, ContractPrice
@@ -19,7 +21,8 @@ from entitlements.services import issue_api_key
 from pricing.dimensions import Dimension
 from treemeter_records import private_key_from_seed, public_key_to_b64
 
-AGENT_ID = "agent-demo-1"
+ROUTER_ID = "demo-router"
+EXECUTOR_IDS = ("demo-exec-a", "demo-exec-b")
 HOST_CLASS = "cpu-demo"  # the host class of the demo's agents, priced by the demo's host cost profile
 
 
@@ -78,8 +81,7 @@ class DemoKey:
 class DemoSetup:
     contracts: list[Contract]
     keys: list[DemoKey]
-    agent_id: str
-    agent_seed: bytes
+    seeds: dict[str, bytes]  # agent id → private key seed: the router and the executors
     data_dir: Path
 
     @property
@@ -97,7 +99,7 @@ class DemoSetup:
 
 
 def seed_demo(data_dir: Path) -> DemoSetup:
-    """Tenants, packages, contracts and prices; a fresh API key per SLA class; the agent's registration."""
+    """Tenants, packages, contracts and prices; a fresh API key per SLA class; the tree's agents."""
     contracts = []
     keys = []
     for spec in DEMO_CONTRACTS:
@@ -122,15 +124,18 @@ def seed_demo(data_dir: Path) -> DemoSetup:
         for sla_class in spec.sla_classes:
             issued = issue_api_key(contract_code=contract.code, sla_class=sla_class, name="demo")
             keys.append(DemoKey(contract, sla_class, issued.secret))
-    seed = read_or_create_seed(data_dir / "demo-agent-key")
-    register_agent(
-        agent_id=AGENT_ID,
-        public_key_b64=public_key_to_b64(private_key_from_seed(seed)),
-        tenant_codes=[],
-        contract_codes=[c.code for c in contracts],
-        host_class=HOST_CLASS,
-    )
-    return DemoSetup(contracts, keys, AGENT_ID, seed, data_dir)
+    seeds = {}
+    for agent_id in (ROUTER_ID, *EXECUTOR_IDS):
+        seeds[agent_id] = read_or_create_seed(data_dir / f"{agent_id}-key")
+        register_agent(
+            agent_id=agent_id,
+            public_key_b64=public_key_to_b64(private_key_from_seed(seeds[agent_id])),
+            tenant_codes=[],
+            contract_codes=[c.code for c in contracts],
+            host_class=HOST_CLASS,
+            kind=Agent.Kind.ROUTER if agent_id == ROUTER_ID else Agent.Kind.EXECUTOR,
+        )
+    return DemoSetup(contracts, keys, seeds, data_dir)
 
 
 def ensure_admin(data_dir: Path) -> tuple[str, str]:

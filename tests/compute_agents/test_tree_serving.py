@@ -163,7 +163,14 @@ def test_requests_through_the_router_are_recorded_by_their_executor_under_its_de
     for answer in answers:
         name, rec = tree.served_by(answer._request_id or "")
         served[answer._request_id] = name
-        assert rec["agent_id"] == name and rec["status"] == "ok" and rec["tokens_out"] == 4
+        assert (
+            answer.usage is not None and 0 < answer.usage.completion_tokens <= 4
+        )  # sampled: EOS may come first
+        assert (rec["agent_id"], rec["status"], rec["tokens_out"]) == (
+            name,
+            "ok",
+            answer.usage.completion_tokens,
+        )
         assert answer.id == "chatcmpl-" + rec["record_id"]
         assert rec["hops"][0]["node"] == rules.node  # the router's L1 node, not the executor's
         path = rules.decide("", rec["package"], rec["sla_class"]).path  # no classifier: the policy's path

@@ -30,7 +30,8 @@ DOCKERFILE = DOCKER / "Dockerfile"
 ENV_EXAMPLE = DOCKER / ".env.example"
 
 APP_SERVICES = ("migrate", "web", "worker", "beat")
-SERVICES = ("postgres", "clickhouse", "redis", *APP_SERVICES, "agent")
+TREE_SERVICES = ("router", "executor-a", "executor-b")  # the serving tree, one agent image
+SERVICES = ("postgres", "clickhouse", "redis", *APP_SERVICES, *TREE_SERVICES)
 PER_PROCESS_ENV = {"PROMETHEUS_MULTIPROC_DIR", "WORKER_METRICS_PORT"}
 ENV_KEYS = ("DATABASE_URL", "CLICKHOUSE_URL", "CELERY_BROKER_URL", "SECRET_KEY", "TREEMETER_SIGNING_KEY")
 
@@ -109,9 +110,12 @@ def test_app_services_share_one_image_build(
         assert services[name]["build"] == first["build"], name
         assert services[name]["image"] == first["image"], name
     assert first["build"]["target"] == "app"
-    assert services["agent"]["build"]["target"] == "agent"
-    assert services["agent"]["image"] != first["image"]
-    for build in (first["build"], services["agent"]["build"]):
+    agent = services["router"]
+    assert agent["build"]["target"] == "agent"
+    assert agent["image"] != first["image"]
+    for name in TREE_SERVICES:
+        assert (services[name]["build"], services[name]["image"]) == (agent["build"], agent["image"]), name
+    for build in (first["build"], agent["build"]):
         context = (DOCKER / build["context"]).resolve()
         assert context == REPO_ROOT
         assert (context / build["dockerfile"]).resolve() == DOCKERFILE
@@ -132,8 +136,11 @@ def test_the_env_anchor_carries_the_platform_settings(
         assert {key: environment.get(key) for key in env} == env, name
         # Beyond the anchor, only per-process metrics settings (docs/observability.md).
         assert set(environment) - set(env) <= PER_PROCESS_ENV, name
-    assert "DATABASE_URL" not in services["agent"]["environment"], "the agent gets no platform secrets"
-    assert services["agent"]["environment"]["TREEMETER_PLATFORM_URL"] == "http://web:8000"
+    for name in TREE_SERVICES:
+        environment = services[name]["environment"]
+        assert "DATABASE_URL" not in environment, f"{name} gets no platform secrets"
+        assert environment["TREEMETER_PLATFORM_URL"] == "http://web:8000"
+        assert environment["TREEMETER_AGENT_ID"] == name
 
 
 def test_the_platform_parsers_accept_the_env(
@@ -178,7 +185,8 @@ def test_start_order(services: dict[str, dict[str, Any]]) -> None:
     for name in ("web", "worker", "beat"):
         assert conditions(name)["migrate"] == "service_completed_successfully", name
         assert conditions(name)["redis"] == "service_healthy", name
-    assert conditions("agent") == {"web": "service_healthy"}
+    for name in TREE_SERVICES:
+        assert conditions(name) == {"web": "service_healthy"}, name
     assert services["migrate"]["restart"] == "no"
     for name in services:
         for dep, condition in conditions(name).items():
@@ -197,9 +205,20 @@ def test_commands(services: dict[str, dict[str, Any]]) -> None:
     assert services["beat"]["command"][:4] == ["celery", "-A", "config", "beat"]
     migrate = " ".join(services["migrate"]["command"])
     assert "python manage.py migrate " in migrate and "python manage.py migrate_clickhouse" in migrate
-    assert services["agent"]["command"] == ["python", "-m", "compute_agents"]
-    key_folder = str(Path(services["agent"]["environment"]["TREEMETER_AGENT_KEY_FILE"]).parent)
-    assert any(volume.endswith(f":{key_folder}") for volume in services["agent"]["volumes"]), "a key volume"
+    router = services["router"]["command"]
+    assert router[:4] == ["python", "-m", "compute_agents", "router"] and "0.0.0.0" in router  # noqa: S104 - inside its container
+    trusted = [interpolate(router[i + 1], {}) for i, arg in enumerate(router) if arg == "--executor"]
+    assert [pair.partition("=")[0] for pair in trusted] == ["executor-a", "executor-b"]
+    for name in ("executor-a", "executor-b"):
+        serve = " ".join(services[name]["command"])
+        assert "python -m compute_agents serve" in serve and "--router-url http://router:8100" in serve
+        assert "--quota-leases" in serve, "several executors serve one key: leases"
+    volumes = set()
+    for name in TREE_SERVICES:
+        key_folder = str(Path(services[name]["environment"]["TREEMETER_AGENT_KEY_FILE"]).parent)
+        [volume] = [v for v in services[name]["volumes"] if v.endswith(f":{key_folder}")]
+        volumes.add(volume)
+    assert len(volumes) == len(TREE_SERVICES), "each agent its own key volume"
 
 
 def _defines(path: Path, name: str) -> bool:

@@ -55,6 +55,20 @@ def stored_records(tenant: str, contract: str, start_ns: int, end_ns: int) -> It
     return (_record_from_row(row) for row in rows)
 
 
+def layer_latencies(start: datetime, end: datetime) -> dict[str, tuple[int, int]]:
+    """Per tree layer, the p50 and p99 (µs) of the served records' time on it, start_time in [start, end)."""
+    columns = ", ".join(
+        f"toUInt64(quantileExact(0.5)({name}_latency_us)), toUInt64(quantileExact(0.99)({name}_latency_us))"
+        for name in ("l1", "l2", "l3")
+    )
+    [row] = query.select(
+        f"SELECT {columns} FROM {query.RECORDS} WHERE status = 'ok' "  # noqa: S608 - constant names
+        "AND start_time >= {start:DateTime64(9, 'UTC')} AND start_time < {end:DateTime64(9, 'UTC')}",
+        {"start": start, "end": end},
+    )
+    return {layer: (int(row[2 * i]), int(row[2 * i + 1])) for i, layer in enumerate(("L1", "L2", "L3"))}
+
+
 def count_records(contract: str, start: datetime, end: datetime) -> tuple[int, int]:
     """(records, served records) of a contract with start_time in [start, end)."""
     records, served = query.select(

@@ -1,5 +1,6 @@
-"""`make run`: the whole path on embedded defaults — a real agent serves MoE requests for several
-tenants, packages and SLA classes; its signed records are ingested and invoiced."""
+"""`make run`: the whole path on embedded defaults — a serving tree of real processes (an L1 router with
+its semantic classifier, two executors on a tiny MoE) serves requests for several tenants, packages and
+SLA classes; their signed records are ingested and invoiced."""
 
 from __future__ import annotations
 
@@ -20,12 +21,12 @@ from billing.presentation import invoice_table
 from billing.selectors import invoice_with_lines
 from billing.services import generate_invoice
 from clickhouse_store.migrator import apply_migrations
-from clickhouse_store.queries.records import count_records
+from clickhouse_store.queries.records import count_records, layer_latencies
 from common.money import round_money
-from demo.agent import RunningAgent, start_agent
 from demo.history import backfill, seed_terms
 from demo.server import start_api_server
 from demo.services import DemoSetup, ensure_admin, seed_demo
+from demo.tree import RunningTree, start_tree
 
 PROMPTS = (
     "Review the payment clause: the party shall pay each invoice within thirty days.",
@@ -70,28 +71,31 @@ class Command(BaseCommand):
                 f"Cannot listen on {options['host']}:{options['port']}: {error}. Try --port 0."
             ) from None
         console.print(f"Platform API at {url}")
-        with console.status("Starting the compute agent (tiny Qwen3-MoE on CPU)…"):
-            running = start_agent(settings.DATA_DIR, setup.agent_id, setup.agent_seed, url, options["host"])
-        engine = running.agent.service.engine
-        console.print(
-            f"Agent {setup.agent_id} at {running.url}  ·  model {engine.model_id}  ·  weights sha3 "
-            f"{engine.weights_sha3[:16]}…"
-        )
+        with console.status("Starting the serving tree: an L1 router and two executors (tiny Qwen3-MoE)…"):
+            tree = start_tree(setup, url, options["host"])
+        stopped = False
         try:
-            if options["history_days"] > 0:
-                self._history(
-                    console, setup, url, options["history_days"], (engine.model_id, engine.weights_sha3)
-                )
-            self._send_requests(console, setup, running, options["requests"])
-            shipped = running.agent.shipper.drain()
+            executors = tree.get("/tree/executors")
+            card = executors["executors"][0]
             console.print(
-                f"Shipper: {shipped} records signed and acknowledged by the platform (rest shipped live)"
+                f"L1 router {executors['router']} at {tree.url} (node {executors['node']})  ·  executors "
+                + ", ".join(e["executor"] for e in executors["executors"])
+                + f"  ·  model {card['model_id']}"
             )
+            if options["history_days"] > 0:
+                self._history(console, setup, url, options["history_days"], tree.model)
+            self._send_requests(console, setup, tree, options["requests"])
+            self._tree_summary(console, tree.get("/tree/stats"))
+            tree.stop()
+            stopped = True
+            console.print("Spools drained: every record signed and acknowledged by the platform")
+            self._hop_latencies(console, period_start)
             self._invoice(console, setup, period_start)
         finally:
-            running.stop()
+            if not stopped:
+                tree.stop()
         console.print(f"Admin: {url}/admin/  user {admin_user}  password {admin_password}")
-        console.print(f"API docs: {url}/v1/docs  ·  agent metrics were at {running.url}/metrics")
+        console.print(f"API docs: {url}/v1/docs  ·  the tree's logs: {tree.log_dir}")
         if options["no_serve"]:
             server.shutdown()
             return
@@ -121,19 +125,19 @@ class Command(BaseCommand):
                 f"{invoice.record_count:,} records"
             )
 
-    def _send_requests(self, console: Console, setup: DemoSetup, running: RunningAgent, count: int) -> None:
+    def _send_requests(self, console: Console, setup: DemoSetup, tree: RunningTree, count: int) -> None:
         """A mix over tenants, SLA classes and both endpoints, plus a bad key and a malformed body."""
         statuses: dict[int, int] = {}
         keys = itertools.cycle(setup.keys)
         prompts = itertools.cycle(PROMPTS)
         columns = [
-            TextColumn("Requests through the agent"),
+            TextColumn("Requests through the L1 router"),
             BarColumn(),
             MofNCompleteColumn(),
             TimeElapsedColumn(),
         ]
         with (
-            httpx.Client(base_url=running.url, timeout=60) as client,
+            httpx.Client(base_url=tree.url, timeout=60) as client,
             Progress(*columns, console=console) as bar,
         ):
             task = bar.add_task("requests", total=count + 2)
@@ -166,12 +170,35 @@ class Command(BaseCommand):
                 statuses[answer.status_code] = statuses.get(answer.status_code, 0) + 1
                 bar.advance(task)
         console.print(
-            "Agent answers: "
+            "Router answers: "
             + ", ".join(f"{n} × HTTP {code}" for code, n in sorted(statuses.items()))
             + "  (401: unknown key, no record; 400: malformed, an unbilled 'rejected' record)"
         )
         if statuses.get(200) != count:
             raise CommandError(f"Only {statuses.get(200, 0)} of {count} requests were served.")
+
+    def _tree_summary(self, console: Console, stats: dict[str, Any]) -> None:
+        def counts(title: str, values: dict[str, int]) -> None:
+            console.print(f"  {title}: " + ", ".join(f"{k} {n}" for k, n in sorted(values.items())))
+
+        console.print("Serving tree:")
+        counts("requests per executor", stats["by_executor"])
+        counts("per domain (classifier)", stats["by_domain"])
+        counts("per path", stats["by_path"])
+        decision = stats["decision_us"]
+        console.print(
+            f"  L1 decision: p50 {decision['p50'] / 1000:.2f} ms, p99 {decision['p99'] / 1000:.2f} ms "
+            f"over {decision['count']}  ·  failovers {stats['failovers']}  ·  unserved {stats['unserved']}"
+        )
+
+    def _hop_latencies(self, console: Console, period_start: datetime) -> None:
+        latencies = layer_latencies(period_start, datetime.now(UTC) + timedelta(seconds=1))
+        console.print(
+            "  hop latency per layer (served records, p50 / p99): "
+            + ", ".join(
+                f"{layer} {p50 / 1000:.1f} / {p99 / 1000:.1f} ms" for layer, (p50, p99) in latencies.items()
+            )
+        )
 
     def _invoice(self, console: Console, setup: DemoSetup, period_start: datetime) -> None:
         period_end = datetime.now(UTC).replace(microsecond=0) + timedelta(seconds=1)
