@@ -1,4 +1,5 @@
-"""`make run` end to end: a real agent serves several tenants; the invoices come from its records."""
+"""`make run` end to end: the serving tree (a router and two executors, real processes) serves several
+tenants; the invoices come from their records."""
 
 from __future__ import annotations
 
@@ -38,6 +39,12 @@ def test_run_demo_invoices_what_the_agent_served() -> None:
     invoices = {i.contract.code: i.record_count for i in Invoice.objects.select_related("contract")}
     assert invoices == {code: records for code, (records, _) in stored.items()}
     assert "records all invoiced" in text
+    # Through the tree: every served request is a v2 record of an executor, with the router's decision.
+    [(routed, executors)] = query.select(
+        f"SELECT countIf(v = 2), groupUniqArray(agent_id) FROM {query.RECORDS} WHERE status = 'ok'"
+    )
+    assert routed == 8 and set(executors) <= {"demo-exec-a", "demo-exec-b"}
+    assert "Serving tree:" in text and "per domain (classifier):" in text and "hop latency per layer" in text
 
 
 def stored_contracts() -> set[str]:
