@@ -64,7 +64,7 @@ def run(total: int, sizes: list[int], *, http: bool) -> None:
     from clickhouse_store.migrator import apply_migrations
     from clickhouse_store.schema import RECORD_FIELDS
     from compute_agents.synthetic import Workload, synthetic_records
-    from demo.services import seed_demo
+    from demo.services import EXECUTOR_IDS, seed_demo
     from ingest.services import ingest_batch
     from treemeter_records import CONTENT_TYPE, build_batch, private_key_from_seed
 
@@ -73,8 +73,9 @@ def run(total: int, sizes: list[int], *, http: bool) -> None:
     settings.INGEST_MAX_PAST_DAYS = int(PAST_DAYS)
     apply_migrations()
     setup = seed_demo(settings.DATA_DIR)
-    key = private_key_from_seed(setup.agent_seed)
-    workload = Workload(setup.agent_id, setup.tenant.code, setup.contract.code, setup.package.code)
+    agent_id = EXECUTOR_IDS[0]
+    key = private_key_from_seed(setup.seeds[agent_id])
+    workload = Workload(agent_id, setup.tenant.code, setup.contract.code, setup.package.code)
     start = int(datetime(2026, 11, 1, tzinfo=UTC).timestamp()) * 10**9
     query.command("CREATE TABLE IF NOT EXISTS bench_bare AS usage_records")
 
@@ -98,7 +99,7 @@ def run(total: int, sizes: list[int], *, http: bool) -> None:
             )
         )
         return records, [
-            build_batch(records[i : i + size], setup.agent_id, key).body() for i in range(0, total, size)
+            build_batch(records[i : i + size], agent_id, key).body() for i in range(0, total, size)
         ]
 
     with serve_gunicorn("bench-http", max(sizes)) if http else _no_server() as url:

@@ -61,7 +61,7 @@ class RunningTree:
                 "--data-dir",
                 str(data_dir),
             ]
-            subprocess.run(_agent_command(data_dir, *command), check=True, capture_output=True, timeout=120)
+            subprocess.run(agent_command(data_dir, *command), check=True, capture_output=True, timeout=120)
 
 
 def model_dir(data_dir: Path) -> Path:
@@ -77,7 +77,8 @@ def rules_bundle(data_dir: Path) -> Path:
     bundle = data_dir / "router" / "bundle.json"
     if not bundle.exists():
         bundle.parent.mkdir(parents=True, exist_ok=True)
-        with contextlib.redirect_stdout(io.StringIO()):  # onnxruntime's quantiser prints advice
+        advice = io.StringIO()  # onnxruntime's quantiser logs advice that is not for the demo's user
+        with contextlib.redirect_stdout(advice), contextlib.redirect_stderr(advice):
             train_bundle(None, bundle)
     return bundle
 
@@ -93,7 +94,7 @@ def start_tree(setup: DemoSetup, platform_url: str, host: str) -> RunningTree:
         (directory / "agent.key").write_bytes(setup.seeds[name])
         pin_platform_key(platform_url, directory)
     public = {name: public_key_to_b64(private_key_from_seed(seed)) for name, seed in setup.seeds.items()}
-    router_url = f"http://{host}:{_free_port(host)}"
+    router_url = f"http://{host}:{free_port(host)}"
     trusted = [arg for name in EXECUTOR_IDS for arg in ("--executor", f"{name}={public[name]}")]
     common = ["--platform-url", platform_url]
     commands = {
@@ -105,14 +106,14 @@ def start_tree(setup: DemoSetup, platform_url: str, host: str) -> RunningTree:
     for name in EXECUTOR_IDS:
         commands[name] = [
             *("serve", *common, "--agent-id", name, "--data-dir", str(dirs[name])),
-            *("--model-dir", str(checkpoint), "--host", host, "--port", str(_free_port(host))),
+            *("--model-dir", str(checkpoint), "--host", host, "--port", str(free_port(host))),
             *("--router-url", router_url, "--router-key", public[ROUTER_ID], "--threads", "1"),
             *("--cache-capacity", "8", "--batch-size", "50", "--batch-age", "0.5", "--quota-leases"),
         ]
     processes = {}
     for name, command in commands.items():
         with (log_dir / f"{name}.log").open("ab") as log:
-            processes[name] = subprocess.Popen(_agent_command(dirs[name], *command), stdout=log, stderr=log)
+            processes[name] = subprocess.Popen(agent_command(dirs[name], *command), stdout=log, stderr=log)
     manifest = read_manifest(checkpoint)
     model = (str(manifest["model_id"]), str(manifest["weights_sha3"]))
     tree = RunningTree(router_url, processes, dirs, platform_url, log_dir, model)
@@ -124,11 +125,11 @@ def start_tree(setup: DemoSetup, platform_url: str, host: str) -> RunningTree:
     return tree
 
 
-def _agent_command(data_dir: Path, *args: str) -> list[str]:
+def agent_command(data_dir: Path, *args: str) -> list[str]:
     return [sys.executable, "-m", "compute_agents", "--key-file", str(data_dir / "agent.key"), *args]
 
 
-def _free_port(host: str) -> int:
+def free_port(host: str) -> int:
     with socket.socket() as probe:
         probe.bind((host, 0))
         return int(probe.getsockname()[1])

@@ -1,0 +1,216 @@
+"""The serving tree's figures (issue 17), on real processes: the demo's tree (an L1 router with the
+trained classifier, two executors) against a live platform, and two executors outside the tree.
+
+- tokens/s through the router ÷ direct to one executor (same model, same prompts, interleaved request by
+  request so drift hits both alike; the direct one runs outside the tree);
+- the router's decision latency p50 / p99 (its own measure: key, format, rules, classifier, policy);
+- the classifier's held-out accuracy (from the bundle it was trained into);
+- the time from an executor's SIGKILL to the next successful answer, under two clients' load;
+- the RSS of an executor at expert-cache capacities 2 and 8, after the same requests.
+
+    make bench-tree ARGS="--requests 30"
+"""
+
+from __future__ import annotations
+
+import argparse
+import signal
+import statistics
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from pathlib import Path
+from typing import Any
+
+import httpx
+import orjson
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path[0:1] = [str(ROOT), str(ROOT / "platform"), str(ROOT / "bench")]
+
+from benchdb import use_fresh_database  # noqa: E402
+
+PROMPTS = (
+    "Review the payment clause: the party shall pay each invoice within thirty days.",
+    "合同审查：付款条款与责任条款是否一致？",
+    "The pump vibrates and the bearing temperature alarm went off twice today.",
+    "Summarise the liability and indemnity terms of the agreement.",
+)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    parser.add_argument("--requests", type=int, default=30, help="request pairs for the ratio")
+    parser.add_argument("--max-tokens", type=int, default=32)
+    args = parser.parse_args()
+    use_fresh_database("treemeter_bench_tree")
+    with tempfile.TemporaryDirectory() as scratch:
+        run(Path(scratch), args.requests, args.max_tokens)
+
+
+def run(data_dir: Path, requests: int, max_tokens: int) -> None:
+    from agents.services import register_agent
+    from clickhouse_store.migrator import apply_migrations
+    from compute_agents.runtime import pin_platform_key
+    from demo.server import start_api_server
+    from demo.services import EXECUTOR_IDS, read_or_create_seed, seed_demo
+    from demo.tree import agent_command, free_port, model_dir, start_tree
+    from treemeter_records import private_key_from_seed, public_key_to_b64
+
+    apply_migrations()
+    setup = seed_demo(data_dir)
+    server, platform_url = start_api_server("127.0.0.1", 0)
+    started = time.perf_counter()
+    tree = start_tree(setup, platform_url, "127.0.0.1")
+    print(f"tree up in {time.perf_counter() - started:.1f} s (classifier trained, 3 processes)")
+    direct: dict[int, tuple[str, subprocess.Popen[bytes]]] = {}
+    for capacity in (2, 8):
+        name = f"bench-direct-{capacity}"
+        directory = data_dir / name
+        directory.mkdir()
+        seed = read_or_create_seed(directory / "agent.key")
+        register_agent(
+            agent_id=name,
+            public_key_b64=public_key_to_b64(private_key_from_seed(seed)),
+            tenant_codes=[],
+            contract_codes=[c.code for c in setup.contracts],
+        )
+        pin_platform_key(platform_url, directory)
+        port = free_port("127.0.0.1")
+        command = agent_command(
+            directory,
+            *("serve", "--platform-url", platform_url, "--agent-id", name, "--data-dir", str(directory)),
+            *("--model-dir", str(model_dir(data_dir)), "--port", str(port), "--threads", "1"),
+            *("--cache-capacity", str(capacity)),
+        )
+        process = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        direct[capacity] = (f"http://127.0.0.1:{port}", process)
+    key = next(k.secret for k in setup.keys if k.sla_class == "gold")
+    headers = {"authorization": f"Bearer {key}"}
+    client = httpx.Client(timeout=60)
+
+    def ask(url: str, number: int) -> tuple[int, int, float]:
+        body = {"model": "tiny", "prompt": PROMPTS[number % len(PROMPTS)], "max_tokens": max_tokens}
+        begun = time.perf_counter()
+        answer = client.post(url + "/v1/completions", json={**body, "temperature": 0}, headers=headers)
+        tokens = answer.json()["usage"]["completion_tokens"] if answer.status_code == 200 else 0
+        return answer.status_code, tokens, time.perf_counter() - begun
+
+    for url, _ in direct.values():
+        _wait(lambda url=url: httpx.get(url + "/v1/models", timeout=2).status_code == 200)
+    try:
+        for number in range(4):  # warm-up: model pages, expert files, classifier
+            ask(tree.url, number), ask(direct[8][0], number), ask(direct[2][0], number)
+        totals = {"router": [0, 0.0], "direct": [0, 0.0]}
+        pairs = []
+        for number in range(requests):
+            order = ("router", "direct") if number % 2 else ("direct", "router")
+            seconds = {}
+            for side in order:
+                status, tokens, seconds[side] = ask(tree.url if side == "router" else direct[8][0], number)
+                assert status == 200, (side, status)
+                totals[side][0] += tokens
+                totals[side][1] += seconds[side]
+            pairs.append(seconds["direct"] / seconds["router"])
+            ask(direct[2][0], number)  # the capacity-2 executor serves the same requests, for its RSS
+        rate = {side: tokens / spent for side, (tokens, spent) in totals.items()}
+        stats = tree.get("/tree/stats")
+        kill = kill_to_next_answer(tree, ask, EXECUTOR_IDS[0])
+        rss = {capacity: _rss_mib(process.pid) for capacity, (_, process) in direct.items()}
+    finally:
+        for _, process in direct.values():
+            process.send_signal(signal.SIGTERM)
+            process.wait(timeout=20)
+        tree.stop()
+        server.shutdown()
+    bundle = orjson.loads((data_dir / "router" / "bundle.json").read_bytes())
+    training = bundle["classifier"]["training"]
+    decision = stats["decision_us"]
+    print(
+        f"model: the demo's tiny Qwen3-MoE; {requests} request pairs, max_tokens {max_tokens}, temperature 0"
+    )
+    print(f"{'measure':<58} {'figure':>22}  target")
+    rows = [
+        ("tokens/s through the router", f"{rate['router']:.1f}", ""),
+        ("tokens/s direct to one executor", f"{rate['direct']:.1f}", ""),
+        ("ratio router ÷ direct (totals)", f"{rate['router'] / rate['direct']:.4f}", ">= 0.95"),
+        ("ratio router ÷ direct (median of same-prompt pairs)", f"{statistics.median(pairs):.4f}", ">= 0.95"),
+        (
+            "router decision latency p50 / p99",
+            f"{decision['p50'] / 1000:.2f} / {decision['p99'] / 1000:.2f} ms",
+            "p99 <= 10 ms",
+        ),
+        (
+            "classifier held-out accuracy (all / en / zh)",
+            f"{training['heldout_accuracy']:.3f} / "
+            + " / ".join(f"{training['heldout_accuracy_by_lang'][lang]:.3f}" for lang in ("en", "zh")),
+            "reported",
+        ),
+        ("SIGKILL of an executor → next successful answer", f"{kill['seconds'] * 1000:.0f} ms", "<= 1 s"),
+        ("  answers that failed after the kill", str(kill["failed"]), ""),
+        ("  failovers counted by the router", str(kill["failovers"]), ""),
+        ("RSS of an executor, cache capacity 2", f"{rss[2]:.0f} MiB", "reported"),
+        ("RSS of an executor, cache capacity 8", f"{rss[8]:.0f} MiB", "reported"),
+    ]
+    for name, figure, target in rows:
+        print(f"{name:<58} {figure:>22}  {target}")
+
+
+def kill_to_next_answer(tree: Any, ask: Any, victim: str) -> dict[str, Any]:
+    """Two clients send through the router; one executor is killed; how long until an answer succeeds."""
+    stop = threading.Event()
+    answers: list[tuple[float, int]] = []  # (finished at, status)
+
+    def send(sender: int) -> None:
+        number = sender
+        while not stop.is_set():
+            status, _, _ = ask(tree.url, number)
+            answers.append((time.perf_counter(), status))
+            number += 2
+
+    before = tree.get("/tree/stats")["failovers"]
+    senders = [threading.Thread(target=send, args=(i,)) for i in range(2)]
+    for thread in senders:
+        thread.start()
+    time.sleep(2.0)
+    killed_at = time.perf_counter()
+    tree.processes[victim].send_signal(signal.SIGKILL)
+    tree.processes[victim].wait()
+    time.sleep(3.0)
+    stop.set()
+    for thread in senders:
+        thread.join()
+    after = [(at, status) for at, status in answers if at > killed_at]
+    first_ok = min(at for at, status in after if status == 200)
+    return {
+        "seconds": first_ok - killed_at,
+        "failed": sum(status != 200 for _, status in after),
+        "failovers": tree.get("/tree/stats")["failovers"] - before,
+    }
+
+
+def _rss_mib(pid: int) -> float:
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith("VmRSS:"):
+            return int(line.split()[1]) / 1024
+    raise RuntimeError(f"no VmRSS for {pid}")
+
+
+def _wait(check: Any, timeout: float = 120) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        try:
+            if check():
+                return
+        except httpx.HTTPError:  # not listening yet
+            pass
+        time.sleep(0.2)
+    raise RuntimeError("a process did not come up")
+
+
+if __name__ == "__main__":
+    main()
