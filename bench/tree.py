@@ -6,7 +6,8 @@ trained classifier, two executors) against a live platform, and two executors ou
 - the router's decision latency p50 / p99 (its own measure: key, format, rules, classifier, policy);
 - the classifier's held-out accuracy (from the bundle it was trained into);
 - the time from an executor's SIGKILL to the next successful answer, under two clients' load;
-- the RSS of an executor at expert-cache capacities 2 and 8, after the same requests.
+- the RSS of an executor at expert-cache capacities 2 and 8, after the same requests (a model with wider
+  experts than the demo's, so that the experts' memory shows).
 
     make bench-tree ARGS="--requests 30"
 """
@@ -55,6 +56,7 @@ def main() -> None:
 def run(data_dir: Path, requests: int, max_tokens: int) -> None:
     from agents.services import register_agent
     from clickhouse_store.migrator import apply_migrations
+    from compute_agents.checkpoint import TinySizes, create_tiny_model
     from compute_agents.runtime import pin_platform_key
     from demo.server import start_api_server
     from demo.services import EXECUTOR_IDS, read_or_create_seed, seed_demo
@@ -67,9 +69,14 @@ def run(data_dir: Path, requests: int, max_tokens: int) -> None:
     started = time.perf_counter()
     tree = start_tree(setup, platform_url, "127.0.0.1")
     print(f"tree up in {time.perf_counter() - started:.1f} s (classifier trained, 3 processes)")
-    direct: dict[int, tuple[str, subprocess.Popen[bytes]]] = {}
-    for capacity in (2, 8):
-        name = f"bench-direct-{capacity}"
+    # Outside the tree: "direct", the tree's model at the tree's capacity (the ratio), and the same wide
+    # model at capacities 2 and 8 (RSS: the demo's experts are too small, 0.1 MB each, to show in it).
+    wide = data_dir / "wide-model"
+    create_tiny_model(wide, TinySizes(hidden=512, layers=4, experts=16, moe_intermediate=256))
+    outside = {"direct": (model_dir(data_dir), 8), "rss-2": (wide, 2), "rss-8": (wide, 8)}
+    direct: dict[str, tuple[str, subprocess.Popen[bytes]]] = {}
+    for label, (checkpoint, capacity) in outside.items():
+        name = f"bench-{label}"
         directory = data_dir / name
         directory.mkdir()
         seed = read_or_create_seed(directory / "agent.key")
@@ -84,11 +91,11 @@ def run(data_dir: Path, requests: int, max_tokens: int) -> None:
         command = agent_command(
             directory,
             *("serve", "--platform-url", platform_url, "--agent-id", name, "--data-dir", str(directory)),
-            *("--model-dir", str(model_dir(data_dir)), "--port", str(port), "--threads", "1"),
+            *("--model-dir", str(checkpoint), "--port", str(port), "--threads", "1"),
             *("--cache-capacity", str(capacity)),
         )
         process = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-        direct[capacity] = (f"http://127.0.0.1:{port}", process)
+        direct[label] = (f"http://127.0.0.1:{port}", process)
     key = next(k.secret for k in setup.keys if k.sla_class == "gold")
     headers = {"authorization": f"Bearer {key}"}
     client = httpx.Client(timeout=60)
@@ -104,23 +111,26 @@ def run(data_dir: Path, requests: int, max_tokens: int) -> None:
         _wait(lambda url=url: httpx.get(url + "/v1/models", timeout=2).status_code == 200)
     try:
         for number in range(4):  # warm-up: model pages, expert files, classifier
-            ask(tree.url, number), ask(direct[8][0], number), ask(direct[2][0], number)
+            ask(tree.url, number), ask(direct["direct"][0], number)
         totals = {"router": [0, 0.0], "direct": [0, 0.0]}
         pairs = []
         for number in range(requests):
             order = ("router", "direct") if number % 2 else ("direct", "router")
             seconds = {}
             for side in order:
-                status, tokens, seconds[side] = ask(tree.url if side == "router" else direct[8][0], number)
+                status, tokens, seconds[side] = ask(
+                    tree.url if side == "router" else direct["direct"][0], number
+                )
                 assert status == 200, (side, status)
                 totals[side][0] += tokens
                 totals[side][1] += seconds[side]
             pairs.append(seconds["direct"] / seconds["router"])
-            ask(direct[2][0], number)  # the capacity-2 executor serves the same requests, for its RSS
         rate = {side: tokens / spent for side, (tokens, spent) in totals.items()}
         stats = tree.get("/tree/stats")
         kill = kill_to_next_answer(tree, ask, EXECUTOR_IDS[0])
-        rss = {capacity: _rss_mib(process.pid) for capacity, (_, process) in direct.items()}
+        for number in range(requests):  # the same requests through both capacities, then their RSS
+            ask(direct["rss-2"][0], number), ask(direct["rss-8"][0], number)
+        rss = {label: _rss_mib(process.pid) for label, (_, process) in direct.items()}
     finally:
         for _, process in direct.values():
             process.send_signal(signal.SIGTERM)
@@ -153,8 +163,13 @@ def run(data_dir: Path, requests: int, max_tokens: int) -> None:
         ("SIGKILL of an executor → next successful answer", f"{kill['seconds'] * 1000:.0f} ms", "<= 1 s"),
         ("  answers that failed after the kill", str(kill["failed"]), ""),
         ("  failovers counted by the router", str(kill["failovers"]), ""),
-        ("RSS of an executor, cache capacity 2", f"{rss[2]:.0f} MiB", "reported"),
-        ("RSS of an executor, cache capacity 8", f"{rss[8]:.0f} MiB", "reported"),
+        ("RSS of an executor, wide model (1.6 MB/expert), capacity 2", f"{rss['rss-2']:.0f} MiB", "reported"),
+        ("RSS of an executor, wide model (1.6 MB/expert), capacity 8", f"{rss['rss-8']:.0f} MiB", "reported"),
+        (
+            "  difference (6 experts × 4 layers ≈ 38 MB expected)",
+            f"{rss['rss-8'] - rss['rss-2']:.0f} MiB",
+            "",
+        ),
     ]
     for name, figure, target in rows:
         print(f"{name:<58} {figure:>22}  {target}")

@@ -234,7 +234,8 @@ class TorchEngine(PromptLayout):
             stopping_criteria=StoppingCriteriaList([watch]),
         )
         forward_ns = time.perf_counter_ns() - started
-        load_ns = use.stats.load_ns - load_before
+        # Expert loads are the L2 hop's work; on a path without L2 they are part of the L3 time.
+        load_ns = use.stats.load_ns - load_before if use_l2 else 0
         new_ids = output[0, tokens_in:].tolist()
         if watch.stop_at is not None:
             text = watch.decode(new_ids)[: watch.stop_at]
@@ -245,7 +246,7 @@ class TorchEngine(PromptLayout):
         if watch.was_cancelled and finish != "stop":
             finish = "cancelled"
         watch.send(text)
-        routed = self._routed(use, tokens_in + tokens_out - 1)
+        routed = self._routed(use, tokens_in + tokens_out - 1, write_back=use_l2)
         return Generation(
             text=text,
             tokens_in=tokens_in,
@@ -265,12 +266,13 @@ class TorchEngine(PromptLayout):
         with self.cache.lock:
             return {layer: sorted(experts) for layer, experts in enumerate(self.cache.resident)}
 
-    def _routed(self, use: RequestUse, rows: int) -> torch.Tensor:
-        """The request's routing, ``rows`` positions (the forward passes of the tokens it is billed)."""
+    def _routed(self, use: RequestUse, rows: int, *, write_back: bool) -> torch.Tensor:
+        """The request's routing, ``rows`` positions (the forward passes of the tokens it is billed);
+        with ``write_back`` (the L2 hop) the cache remembers it for the next preheats."""
         if use.captured is None:
             return torch.empty((0, self.moe_layers, self.top_k), dtype=torch.long)
         routed = torch.stack([torch.cat(c) for c in use.captured], dim=1)[:rows]
-        self.cache.observe(
-            Counter({(e["layer"], e["expert"]): e["tokens"] for e in expert_counts(routed, self.num_experts)})
-        )
+        if write_back:
+            counts = expert_counts(routed, self.num_experts)
+            self.cache.observe(Counter({(e["layer"], e["expert"]): e["tokens"] for e in counts}))
         return routed

@@ -1,9 +1,12 @@
-"""L2 for the torch engine: an expert-weight cache with at most N experts resident per MoE layer.
+"""L2 for the torch engine: an expert-weight cache with at most N experts resident per MoE layer, the
+only place expert weights live in memory (the engine drops the checkpoint's merged expert tensors once
+it has loaded the model), so an executor's memory for experts is bounded by the capacity.
 
-The other experts live as one safetensors file each; a file is checked against its SHA3-256 fingerprint
-from the checkpoint manifest every time it is loaded, and a mismatch refuses the load. Eviction is
-LRU-K with K = 2 (the victim is the resident expert whose second-most-recent use is oldest; experts used
-only once go first). A preheat step loads the experts that recent routing predicts.
+Every expert lives as one safetensors file; a file is checked against its SHA3-256 fingerprint from the
+checkpoint manifest every time it is loaded, and a mismatch refuses the load. Eviction is LRU-K with
+K = 2 (the victim is the resident expert whose second-most-recent use is oldest; experts used only once
+go first). A preheat step loads the experts that recent routing predicts, and counts as K uses of each:
+an expert just predicted is not the next victim.
 """
 
 from __future__ import annotations
@@ -47,7 +50,8 @@ Weights = tuple[torch.Tensor, torch.Tensor]
 @dataclass
 class RequestUse:
     """One request's use of the experts while it runs (requests run concurrently on one model): the
-    router's top-k ids per MoE layer when metering, whether its path skips L2, its own cache counts."""
+    router's top-k ids per MoE layer when metering, whether its path skips the L2 hop (no preheat and no
+    write-back of its routing; its experts still come through the cache), its own cache counts."""
 
     captured: list[list[torch.Tensor]] | None
     bypass: bool = False
@@ -152,6 +156,8 @@ class ExpertCache:
                 if expert not in self.resident[layer]:
                     self._load(layer, expert, request)
                     loaded += 1
+                self.clock += 1
+                self.uses[(layer, expert)] = deque([self.clock] * LRU_K, maxlen=LRU_K)
             self.stats.preheat_loads += loaded
         return loaded
 
@@ -160,11 +166,12 @@ OUTSIDE_REQUESTS = RequestUse(captured=None, bypass=True)
 
 
 class CachedExperts(nn.Module):
-    """Drop-in for transformers' Qwen3MoeExperts: the same computation, weights from the L2 cache.
+    """Drop-in for transformers' Qwen3MoeExperts: the same computation, weights from the L2 cache. It
+    keeps none of the original module's weights: the checkpoint's merged expert tensors are freed.
 
-    Which request is running is thread-local (``active.use``, a ``RequestUse``): its path may skip L2
-    (then the full resident weights are used), and its router ids are kept when metering. A forward pass
-    outside any request (a check's own) uses the full weights and keeps nothing.
+    Which request is running is thread-local (``active.use``, a ``RequestUse``): its router ids are kept
+    when metering, and its cache counts are its own. A forward pass outside any request (a check's own)
+    reads through the cache too and keeps nothing.
     """
 
     def __init__(self, original: Any, layer: int, cache: ExpertCache, active: threading.local) -> None:
@@ -174,8 +181,6 @@ class CachedExperts(nn.Module):
         self.active = active
         self.num_experts: int = original.num_experts
         self.act_fn = original.act_fn
-        self.full_gate_up = original.gate_up_proj.detach()
-        self.full_down = original.down_proj.detach()
 
     def forward(
         self, hidden_states: torch.Tensor, top_k_index: torch.Tensor, top_k_weights: torch.Tensor
@@ -186,10 +191,7 @@ class CachedExperts(nn.Module):
         final = torch.zeros_like(hidden_states)
         mask = torch.nn.functional.one_hot(top_k_index, num_classes=self.num_experts).permute(2, 1, 0)
         for expert in mask.sum(dim=(-1, -2)).nonzero().flatten().tolist():
-            if use.bypass:
-                gate_up, down = self.full_gate_up[expert], self.full_down[expert]
-            else:
-                gate_up, down = self.cache.get(self.layer, expert, use.stats)
+            gate_up, down = self.cache.get(self.layer, expert, None if use is OUTSIDE_REQUESTS else use.stats)
             top_k_pos, token_idx = torch.where(mask[expert])
             gate, up = nn.functional.linear(hidden_states[token_idx], gate_up).chunk(2, dim=-1)
             out = nn.functional.linear(self.act_fn(gate) * up, down)

@@ -4,6 +4,7 @@ real torch engine, real spool and shipper."""
 from __future__ import annotations
 
 import time
+from collections import deque
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
@@ -173,7 +174,9 @@ def test_the_policy_path_skips_l2_for_the_batch_class(
     record = orjson.loads(body)
     assert [h["layer"] for h in record["hops"]] == ["L1", "L3", "L1"]
     assert record["hops"][0]["node"] == harness.agent.service.rules.node
-    assert (record["expert_cache_hits"], record["expert_cache_misses"]) == (0, 0)
+    # No L2 hop, yet the experts came through the bounded cache: what it did is in the record.
+    assert record["expert_cache_hits"] + record["expert_cache_misses"] > 0
+    assert harness.agent.service.engine.cache.recent == deque()  # no write-back without the L2 hop
     metrics = client.get("/metrics").text
     assert 'treemeter_agent_requests_total{route="/v1/completions",status="ok"} 1.0' in metrics
     assert "treemeter_agent_spool_depth 1.0" in metrics
