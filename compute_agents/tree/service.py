@@ -106,6 +106,10 @@ class RouterService:
         try:
             request = parse_request(route, body)
             self.rules.check(route, body)
+            if not self.registry.executors:  # just started: nobody has reported yet
+                raise ApiError(
+                    503, "server_error", "no_executor", "No executor has reported to this router yet."
+                )
             if self.registry.model_card(request.model) is None:
                 raise model_not_found(request.model)
         except RequestRefused as refused:
@@ -123,9 +127,11 @@ class RouterService:
     def _refuse(
         self, error: ApiError, entitlement: Entitlement, body: Any, start_ns: int, mark: int
     ) -> ApiError:
+        """A refusal after authentication: an unbilled ``rejected`` record (``error`` for a 5xx)."""
         model = body.get("model") if isinstance(body, dict) else None
         model_name = model if isinstance(model, str) else ""
-        record_id = self._record(entitlement, model_name, start_ns, mark, "rejected")
+        status = "error" if error.status >= 500 else "rejected"
+        record_id = self._record(entitlement, model_name, start_ns, mark, status)
         error.headers["x-request-id"] = record_id
         return error
 
