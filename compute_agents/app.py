@@ -23,6 +23,7 @@ from .admission import model_not_found
 from .metering import Trip
 from .service import AgentService
 from .tree.decision import DECISION_HEADER
+from .tree.preparation import EXPERTS_HEADER, experts_header
 from .wire import ApiError, error_body, new_client_request_id
 
 HTTP_CODES = {404: "not_found", 405: "method_not_allowed"}
@@ -76,7 +77,10 @@ def create_app(service: AgentService) -> FastAPI:
             )
         except ApiError as error:
             return refused(error, trip)
-        return JSONResponse(answer, headers={"x-request-id": trip.record_id})
+        headers = {"x-request-id": trip.record_id}
+        if trip.decision is not None and trip.experts:  # for the router's next preheats of this domain
+            headers[EXPERTS_HEADER] = experts_header(trip.experts)
+        return JSONResponse(answer, headers=headers)
 
     async def open_stream(
         trip: Trip, entitlement: Any, body: Any, cancelled: threading.Event

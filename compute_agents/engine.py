@@ -15,7 +15,7 @@ from __future__ import annotations
 import threading
 import time
 from collections import Counter
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Protocol
@@ -87,11 +87,14 @@ class Engine(Protocol):
         sampling: SamplingParams,
         *,
         use_l2: bool = True,
+        preheat: Sequence[tuple[int, int]] = (),
         on_text: Callable[[str], None] | None = None,
         cancelled: threading.Event | None = None,
     ) -> Generation:
-        """One choice; ``on_text`` gets the delivered text piece by piece, ``cancelled`` ends generation
-        after the step during which it is set (``finish_reason`` "cancelled")."""
+        """One choice; ``preheat`` names the (layer, expert) pairs an L1 router asks L2 to load first
+        (none: the engine's own prediction), ``on_text`` gets the delivered text piece by piece,
+        ``cancelled`` ends generation after the step during which it is set (``finish_reason``
+        "cancelled")."""
         ...
 
 
@@ -192,6 +195,7 @@ class TorchEngine(PromptLayout):
         sampling: SamplingParams,
         *,
         use_l2: bool = True,
+        preheat: Sequence[tuple[int, int]] = (),
         on_text: Callable[[str], None] | None = None,
         cancelled: threading.Event | None = None,
     ) -> Generation:
@@ -200,7 +204,7 @@ class TorchEngine(PromptLayout):
             use = RequestUse([[] for _ in range(self.moe_layers)] if self.capture else None, not use_l2)
             self.active.use = use
             try:
-                return self._generate(prompt, sampling, use, on_text, cancelled)
+                return self._generate(prompt, sampling, use, preheat, on_text, cancelled)
             finally:
                 del self.active.use
 
@@ -209,6 +213,7 @@ class TorchEngine(PromptLayout):
         prompt: str,
         sampling: SamplingParams,
         use: RequestUse,
+        preheat: Sequence[tuple[int, int]],
         on_text: Callable[[str], None] | None,
         cancelled: threading.Event | None,
     ) -> Generation:
@@ -218,7 +223,10 @@ class TorchEngine(PromptLayout):
         tokens_in = int(input_ids.shape[1])
         l2_started = time.perf_counter_ns()
         if use_l2 := not use.bypass:
-            self.cache.preheat(self.preheat, use.stats)
+            if preheat:
+                self.cache.preheat_experts(preheat, use.stats)
+            else:
+                self.cache.preheat(self.preheat, use.stats)
         preheat_ns = time.perf_counter_ns() - l2_started if use_l2 else 0
         load_before = use.stats.load_ns
         watch = StepWatch(self._decode, tokens_in, sampling.stop, on_text, cancelled)

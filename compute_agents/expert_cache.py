@@ -15,7 +15,7 @@ import hashlib
 import threading
 import time
 from collections import Counter, deque
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -149,16 +149,32 @@ class ExpertCache:
         return chosen
 
     def preheat(self, per_layer: int, request: CacheStats | None = None) -> int:
-        """Load the predicted experts that are not resident; returns how many were loaded."""
-        loaded = 0
+        """Load the experts recent routing predicts that are not resident; returns how many were loaded."""
         with self.lock:
-            for layer, expert in self.predicted(min(per_layer, self.capacity)):
-                if expert not in self.resident[layer]:
-                    self._load(layer, expert, request)
-                    loaded += 1
-                self.clock += 1
-                self.uses[(layer, expert)] = deque([self.clock] * LRU_K, maxlen=LRU_K)
-            self.stats.preheat_loads += loaded
+            return self._preheat(self.predicted(min(per_layer, self.capacity)), request)
+
+    def preheat_experts(self, experts: Iterable[tuple[int, int]], request: CacheStats | None = None) -> int:
+        """Load the (layer, expert) pairs an L1 router asked for (at most the capacity of a layer, the
+        first asked first; unknown ones skipped); returns how many were loaded."""
+        taken: Counter[int] = Counter()
+        chosen = []
+        for layer, expert in experts:
+            known = 0 <= layer < len(self.resident) and f"{layer}/{expert}" in self.fingerprints
+            if known and taken[layer] < self.capacity:
+                chosen.append((layer, expert))
+                taken[layer] += 1
+        with self.lock:
+            return self._preheat(chosen, request)
+
+    def _preheat(self, experts: list[tuple[int, int]], request: CacheStats | None) -> int:
+        loaded = 0
+        for layer, expert in experts:
+            if expert not in self.resident[layer]:
+                self._load(layer, expert, request)
+                loaded += 1
+            self.clock += 1
+            self.uses[(layer, expert)] = deque([self.clock] * LRU_K, maxlen=LRU_K)
+        self.stats.preheat_loads += loaded
         return loaded
 
 

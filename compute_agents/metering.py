@@ -38,6 +38,8 @@ class Trip:
     path: tuple[str, ...] | None = None
     l1_before_us: int = 0
     decision: dict[str, Any] | None = None  # the router's signed decision: the record is v2, signed
+    preheat: tuple[tuple[int, int], ...] = ()  # the experts the router asks to preheat
+    experts: list[dict[str, int]] = field(default_factory=list)  # the record's, once recorded
 
     @classmethod
     def routed(cls, route: str, client_request_id: str, routed: Routed) -> Trip:
@@ -52,6 +54,7 @@ class Trip:
             path=tuple(claims["path"]),
             l1_before_us=claims["l1_in_us"] + routed.transit_us,
             decision=routed.decision,
+            preheat=tuple((layer, expert) for layer, expert in claims["preheat"]),
         )
 
     def l1_so_far_us(self) -> int:
@@ -163,6 +166,7 @@ class Meter:
         except SpoolFull as full:
             raise ApiError(503, "server_error", "spool_full", str(full)) from None
         self._observe(trip, record, bool(choices))
+        trip.experts = record["experts"]
         return record
 
     def _observe(self, trip: Trip, record: dict[str, Any], generated: bool) -> None:

@@ -168,6 +168,7 @@ class AgentService:
                             admitted.prompt,
                             sampling,
                             use_l2="L2" in path,
+                            preheat=trip.preheat,
                             on_text=None if sink is None else sink(index),
                             cancelled=cancelled,
                         )

@@ -28,7 +28,7 @@ import re
 import threading
 import time
 import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -179,10 +179,12 @@ class VllmEngine(PromptLayout):
         sampling: SamplingParams,
         *,
         use_l2: bool = True,
+        preheat: Sequence[tuple[int, int]] = (),
         on_text: Callable[[str], None] | None = None,
         cancelled: threading.Event | None = None,
     ) -> Generation:
-        """One choice, batched with the requests in flight; see ``Engine.generate``."""
+        """One choice, batched with the requests in flight; see ``Engine.generate`` (vLLM keeps every
+        expert resident: ``use_l2`` and ``preheat`` change nothing here)."""
         from vllm import SamplingParams as VllmSampling
 
         params = VllmSampling(

@@ -83,11 +83,13 @@ CLAIM_FIELDS: tuple[str, ...] = (
     "path",
     "subtree",
     "executor",
+    "preheat",
     "l1_in_us",
     "decided_ns",
 )
 CONFIDENCE_PPM_MAX = 1_000_000
 PATH_MAX = 8
+PREHEAT_MAX = 1024
 _HOP_FIELDS = ("layer", "node", "latency_us")
 _HOP_SET = frozenset(_HOP_FIELDS)
 _EXPERT_FIELDS = ("layer", "expert", "tokens")
@@ -337,7 +339,7 @@ def validate_record(rec: Any) -> None:
     if v == RECORD_VERSION_V2:
         _check_signature_form(rec["executor_sig"], "executor_sig", SIGNATURE_FIELDS)
         _check_signature_form(rec["decision"], "decision", DECISION_FIELDS)
-        check_decision_agrees(rec, _check_claims(rec["decision"]["claims"]))
+        check_decision_agrees(rec, check_claims(rec["decision"]["claims"]))
 
 
 def _check_signature_form(value: Any, field: str, fields: tuple[str, ...]) -> None:
@@ -352,7 +354,7 @@ def _check_signature_form(value: Any, field: str, fields: tuple[str, ...]) -> No
         _fail(INVALID_VALUE, field + ".sig", f"{field}.sig must be a 64-byte signature in standard base64")
 
 
-def _check_claims(claims: Any) -> dict[str, Any]:
+def check_claims(claims: Any) -> dict[str, Any]:
     """The form of the router's claims (docs/record-format.md, "Record format v2")."""
     where = "decision.claims"
     if type(claims) is not dict:
@@ -380,6 +382,20 @@ def _check_claims(claims: Any) -> dict[str, Any]:
     for layer in path:
         if type(layer) is not str or layer not in HOP_LAYERS:
             _fail(INVALID_VALUE, where + ".path", 'decision.claims.path holds only "L1", "L2" and "L3"')
+    preheat = claims["preheat"]
+    if type(preheat) is not list or len(preheat) > PREHEAT_MAX:
+        _fail(
+            INVALID_VALUE,
+            where + ".preheat",
+            f"decision.claims.preheat must be a list of at most {PREHEAT_MAX}",
+        )
+    for pair in preheat:
+        if (
+            type(pair) is not list
+            or len(pair) != 2
+            or not all(type(n) is int and 0 <= n < 65536 for n in pair)
+        ):
+            _fail(INVALID_VALUE, where + ".preheat", "decision.claims.preheat holds [layer, expert] pairs")
     _uint(claims["l1_in_us"], where + ".l1_in_us", U32)
     _uint(claims["decided_ns"], where + ".decided_ns", U63, 1)
     return claims

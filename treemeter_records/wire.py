@@ -32,6 +32,7 @@ from .validation import (
     KEY_ID_PATTERN,
     L1_NODE_PATTERN,
     PATH_MAX,
+    PREHEAT_MAX,
     SIGNATURE_PATTERN,
     UUID7_PATTERN,
     check_outcome,
@@ -79,6 +80,7 @@ class WireClaims(Struct, forbid_unknown_fields=True, gc=False):
     l2_confirmation: bool
     node: Annotated[str, Meta(pattern=rf"^{L1_NODE_PATTERN}\Z")]
     path: Annotated[tuple[Layer, ...], Meta(min_length=1, max_length=PATH_MAX)]
+    preheat: Annotated[tuple[tuple[U16, U16], ...], Meta(max_length=PREHEAT_MAX)]
     record_id: RecordId
     router: Slug
     rules_sha256: Annotated[str, Meta(pattern=r"^[0-9a-f]{64}\Z")]

@@ -18,6 +18,7 @@ from ..app import HTTP_CODES
 from ..wire import ApiError, error_body, sse
 from .forward import NoExecutor, relay, send
 from .heartbeat import HEARTBEAT_PATH
+from .preparation import EXPERTS_HEADER
 from .registry import HeartbeatError
 from .service import RouterService
 
@@ -82,6 +83,8 @@ def create_router_app(service: RouterService, client: httpx.AsyncClient) -> Fast
         await response.aclose()
         service.registry.finished(attempt.executor, ok=True)
         service.served(attempt.executor, attempt.number)
+        if response.status_code == 200:
+            service.learn(routing, response.headers.get(EXPERTS_HEADER))
         return Response(content, status_code=response.status_code, headers=headers)
 
     @app.post("/v1/completions")

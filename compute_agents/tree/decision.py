@@ -18,28 +18,15 @@ from typing import Any
 import orjson
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey, Ed25519PublicKey
 
-from treemeter_records import canonical_bytes, protocol
+from treemeter_records import RecordError, canonical_bytes, protocol
+from treemeter_records.validation import check_claims
 
 from ..router import Decision
 from ..wire import ApiError
 
 DECISION_HEADER = "x-treemeter-decision"
 MAX_AGE_NS = 60 * 10**9  # a decision older than this is refused: no replays of old decisions
-MAX_HEADER_BYTES = 4096
-CLAIM_TYPES: dict[str, type | tuple[type, ...]] = {
-    "record_id": str,
-    "router": str,
-    "node": str,
-    "rules_sha256": str,
-    "domain": (str, type(None)),
-    "confidence_ppm": (int, type(None)),
-    "l2_confirmation": bool,
-    "path": list,
-    "subtree": str,
-    "executor": str,
-    "l1_in_us": int,
-    "decided_ns": int,
-}
+MAX_HEADER_BYTES = 8192
 
 
 @dataclass(frozen=True)
@@ -73,6 +60,7 @@ def decision_claims(
     decision: Decision,
     executor: str,
     l1_in_us: int,
+    preheat: list[list[int]],
 ) -> dict[str, Any]:
     confidence = None if decision.confidence is None else round(decision.confidence * 1_000_000)
     return {
@@ -86,6 +74,7 @@ def decision_claims(
         "path": list(decision.path),
         "subtree": decision.subtree,
         "executor": executor,
+        "preheat": preheat,
         "l1_in_us": l1_in_us,
         "decided_ns": time.time_ns(),
     }
@@ -130,13 +119,12 @@ class DecisionReader:
             raise _refused(
                 "decision_invalid", "The routing decision does not verify against the router's key."
             )
-        claims = decision["claims"]
-        wrong = sorted(set(claims) ^ set(CLAIM_TYPES)) + [
-            name for name, kind in CLAIM_TYPES.items() if name in claims and not _typed(claims[name], kind)
-        ]
-        if wrong or not all(layer in ("L1", "L2", "L3") for layer in claims["path"]):
-            fields = ", ".join(wrong) or "path"
-            raise _refused("decision_invalid", f"The routing decision's claims are malformed ({fields}).")
+        try:
+            check_claims(decision["claims"])
+        except RecordError as error:
+            raise _refused(
+                "decision_invalid", f"The routing decision's claims are malformed: {error.message}"
+            ) from None
         return decision
 
     def _first_use(self, record_id: str, decided_ns: int, now_ns: int) -> None:
@@ -151,11 +139,6 @@ class DecisionReader:
                     "This routing decision was already served.",
                 )
             self._seen[record_id] = decided_ns
-
-
-def _typed(value: Any, kind: type | tuple[type, ...]) -> bool:
-    """isinstance, except that a JSON true/false is not an integer."""
-    return isinstance(value, kind) and (kind is bool or not isinstance(value, bool))
 
 
 def _refused(code: str, message: str) -> ApiError:

@@ -27,6 +27,7 @@ from ..router import Decision, RequestRefused, Rules, classifiable_text
 from ..spool import Spool, SpoolFull
 from ..wire import ApiError
 from .decision import DECISION_HEADER, decision_claims, encode_decision
+from .preparation import DomainExperts, parse_experts_header
 from .registry import Executor, Heartbeat, HeartbeatError, Registry
 
 NO_WEIGHTS = "0" * 64  # a router record for a model no executor ever reported: no weights ran
@@ -95,6 +96,7 @@ class RouterService:
         self.registry = registry
         self.executor_keys = executor_keys
         self.stats = TreeStats()
+        self.experts = DomainExperts()
 
     def admit(self, route: str, authorization: str | None, body: Any) -> Routing:
         """Authenticate, check and decide; nothing external is asked (the snapshot and the rules are
@@ -140,18 +142,25 @@ class RouterService:
     ) -> tuple[str, dict[str, str]]:
         """A new record id for this attempt, and the headers that carry the signed decision."""
         record_id = new_record_id()
+        decision = routing.decision
         claims = decision_claims(
             record_id=record_id,
             router=self.agent_id,
             node=self.rules.node,
             rules_sha256=self.rules.sha256,
-            decision=routing.decision,
+            decision=decision,
             executor=executor.beat.executor,
+            preheat=self.experts.preheat(decision.domain) if "L2" in decision.path else [],
             l1_in_us=routing.elapsed_us(),
         )
         headers = {name: incoming[name] for name in FORWARDED_HEADERS if name in incoming}
         headers[DECISION_HEADER] = encode_decision(claims, self.key)
         return record_id, headers
+
+    def learn(self, routing: Routing, header: str | None) -> None:
+        """What the executor reported its request used: the next preheats of the domain."""
+        if header:
+            self.experts.learn(routing.decision.domain, parse_experts_header(header))
 
     def served(self, executor: Executor, attempts: int) -> None:
         self.stats.by_executor[executor.beat.executor] += 1

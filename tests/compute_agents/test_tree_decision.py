@@ -29,6 +29,7 @@ def claims(**changes: Any) -> dict[str, Any]:
         decision=DECISION,
         executor="exec-a",
         l1_in_us=850,
+        preheat=[[0, 3], [1, 5]],
     )
     return {**made, **changes}
 
@@ -76,6 +77,8 @@ def test_decisions_that_are_missing_forged_misrouted_or_old_are_refused() -> Non
         {"l1_in_us": "850"},
         {"confidence_ppm": "910000"},
         {"path": ["L1", "L9"]},
+        {"preheat": [[0, 70000]]},
+        {"preheat": [[0]]},
         {"extra": 1},
     ],
 )

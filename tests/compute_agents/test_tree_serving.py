@@ -188,6 +188,14 @@ def test_requests_through_the_router_are_recorded_by_their_executor_under_its_de
             tree.router.service.key.public_key(),
         )
     assert set(served.values()) == {"exec-a", "exec-b"}  # both take traffic
+    # L2 preparation: the router learns from the answers which experts the domain uses, and asks the
+    # next executor to preheat them (the first request had nothing to go on).
+    ordered = [tree.served_by(a._request_id or "")[1] for a in answers]
+    used: set[tuple[int, int]] = set()
+    for index, rec in enumerate(ordered):
+        asked = {(layer, expert) for layer, expert in rec["decision"]["claims"]["preheat"]}
+        assert asked <= used and (index == 0) == (not asked)
+        used |= {(e["layer"], e["expert"]) for e in rec["experts"]}
     assert lines[-1] == "data: [DONE]" and tree.served_by(stream_id)[1]["status"] == "ok"
     assert sum(stats["by_executor"].values()) == 9 and stats["failovers"] == 0 and stats["unserved"] == 0
     assert stats["decision_us"]["count"] == 9 and stats["decision_us"]["p99"] < 10_000

@@ -58,6 +58,7 @@ def routed(executor: SigningAgent, router: SigningAgent, contract: Contract, **c
         "path": ["L1", "L2", "L3", "L1"],
         "subtree": "legal",
         "executor": executor.agent_id,
+        "preheat": [[0, 1], [1, 2]],
         "l1_in_us": 1_000,
         "decided_ns": v1["start_ns"] + 1_000_000,
     }

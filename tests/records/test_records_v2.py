@@ -27,9 +27,9 @@ from treemeter_records.wire import decode_wire
 
 from .v2_example import EXECUTOR_KEY, ROUTER_KEY, v2_record
 
-V2_LEAF_HASH = "65122b3b68b09d446474224b81b2283bdbe00ac9bb9d75b13c0320cd14274762"
-DECISION_SIG = "1C1rWO7QOIXYY9bQ69Jw2TYAdbVdHkHmjoS65P+tyuyMkgzCJW5vYpphzjhNvvDNkpMDoFrWkmnL61HnFAW2Bw=="
-EXECUTOR_SIG = "n/Hf0riapjRESn8rDs5iDIQBS7wKSIdaD08CNMHgbxyVgc0hn+pN4/JUBV271z0c7c7/0B0HIBimw8Z1AJboAw=="
+V2_LEAF_HASH = "bcfcda5382fad88cf7f00ffb71029534ca097b0fff01979afba3c33f670e9665"
+DECISION_SIG = "xexstghFvBJ92aSpKJdk0LbIUpW41xAYbc1/KXwsyuKiZcrRqB7Pyv9slM6kwxppm9PrpLG3nht4h1heAFsQBg=="
+EXECUTOR_SIG = "GR5vDFsbgGuT4TfZlBOGILH1N9YuElPieulxAGijwCUMYGLnRNdlPyb+Qj6OKufU6axSrU4UE7KNE1EnQMWBDQ=="
 ROUTER_PUBLIC_B64 = "Kay64UG8yvCyLhqU000LxzYeUm0L/hLIl5S8kyKWbdc="
 
 Mutation = Callable[[dict[str, Any]], Any]
@@ -93,6 +93,12 @@ V2_CASES: list[tuple[str, Mutation, str, str]] = [
         "decision.claims.l2_confirmation",
     ),
     ("an unknown layer in the path", _claims("path", ["L1", "L4"]), "invalid_value", "decision.claims.path"),
+    (
+        "a preheat entry that is no pair",
+        _claims("preheat", [[0, 1, 2]]),
+        "invalid_value",
+        "decision.claims.preheat",
+    ),
     (
         "a short signature",
         lambda r: r["decision"].__setitem__("sig", "AAAA"),

@@ -24,6 +24,7 @@ CLAIMS: dict[str, Any] = {
     "path": ["L1", "L2", "L3", "L1"],
     "subtree": "legal",
     "executor": "gpu-07",
+    "preheat": [[0, 3], [0, 9], [1, 2]],
     "l1_in_us": 850,
     "decided_ns": 1735689600000850000,
 }
@@ -64,5 +65,6 @@ V1_PART: dict[str, Any] = {
 
 def v2_record() -> dict[str, Any]:
     """A fresh copy of the fixed v2 record."""
-    decision = protocol.sign_decision(ROUTER_KEY, {**CLAIMS, "path": list(CLAIMS["path"])})
+    claims = {**CLAIMS, "path": list(CLAIMS["path"]), "preheat": [list(pair) for pair in CLAIMS["preheat"]]}
+    decision = protocol.sign_decision(ROUTER_KEY, claims)
     return sign_record({**V1_PART, "hops": [dict(h) for h in V1_PART["hops"]]}, decision, EXECUTOR_KEY)
