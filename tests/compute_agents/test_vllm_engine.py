@@ -9,7 +9,9 @@ import os
 import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
+from typing import Any
 
+import httpx
 import orjson
 import pytest
 
@@ -25,10 +27,15 @@ from compute_agents.metrics import AgentMetrics
 from compute_agents.router import Rules
 from compute_agents.service import AgentIdentity, AgentService, Trip
 from compute_agents.spool import Spool
+from compute_agents.tree.app import create_router_app
+from compute_agents.tree.decision import DecisionReader
+from compute_agents.tree.heartbeat import ExecutorCard, HeartbeatSender
+from compute_agents.tree.registry import Registry
+from compute_agents.tree.service import RouterService
 from compute_agents.vllm_engine import VllmEngine
 from tests.compute_agents.model_sizes import greedy
-from tests.compute_agents.openai_server import record, serving
-from treemeter_records import private_key_from_seed, protocol
+from tests.compute_agents.openai_server import record, serving, serving_app
+from treemeter_records import check_record_signatures, private_key_from_seed, protocol, record_signing_bytes
 
 SIZES = TinySizes(
     hidden=128, layers=2, experts=8, top_k=2, moe_intermediate=64, heads=4, kv_heads=2, vocab=512
@@ -75,13 +82,14 @@ KEYS = {
 API_KEY = "tmk_vllm-test-key"
 
 
-def vllm_service(engine: VllmEngine, tmp_path: Path) -> AgentService:
-    """The agent's request path on the vLLM engine: a real signed snapshot (from its disk cache, the
-    platform being unreachable) and the durable spool."""
-    platform = private_key_from_seed(os.urandom(32))
+PLATFORM = private_key_from_seed(os.urandom(32))
+
+
+def signed_store(tmp_path: Path, agent_id: str) -> EntitlementStore:
+    """A real signed snapshot of KEYS for ``agent_id``, from its disk cache (the platform unreachable)."""
     snapshot = {
         "v": 1,
-        "agent_id": "gpu-v",
+        "agent_id": agent_id,
         "issued_ns": time.time_ns(),
         "refresh_s": 30,
         "keys": [
@@ -99,24 +107,109 @@ def vllm_service(engine: VllmEngine, tmp_path: Path) -> AgentService:
             for key, (status, quota) in KEYS.items()
         ],
     }
+    tmp_path.mkdir(parents=True, exist_ok=True)
     cache = tmp_path / "entitlements.json"
     cache.write_text(
-        json.dumps({"snapshot": snapshot, "signature": protocol.sign_snapshot(platform, snapshot)})
+        json.dumps({"snapshot": snapshot, "signature": protocol.sign_snapshot(PLATFORM, snapshot)})
     )
     store = EntitlementStore(
-        "http://127.0.0.1:9", "gpu-v", private_key_from_seed(os.urandom(32)), platform.public_key(), cache
+        "http://127.0.0.1:9", agent_id, private_key_from_seed(os.urandom(32)), PLATFORM.public_key(), cache
     )
     store.start()
     store.stop()
+    return store
+
+
+def vllm_service(
+    engine: VllmEngine, tmp_path: Path, key: Any = None, decisions: DecisionReader | None = None
+) -> AgentService:
+    """The agent's request path on the vLLM engine: a real signed snapshot and the durable spool;
+    behind a router with ``decisions`` (and its ``key``, which signs the v2 records)."""
+    store = signed_store(tmp_path, "gpu-v")
     spool = Spool(tmp_path / "spool.sqlite3")
     return AgentService(
-        AgentIdentity("gpu-v", node="gpu-v.l3", cache_node="gpu-v.l2"),
+        AgentIdentity("gpu-v", node="gpu-v.l3", cache_node="gpu-v.l2", key=key),
         engine,
         spool,
         store,
         Rules.load(None),
         AgentMetrics(spool.status, store.age_s),
+        decisions=decisions,
     )
+
+
+def test_the_vllm_engine_behind_the_l1_router(engine: VllmEngine, tmp_path: Path) -> None:
+    """A vLLM executor heartbeating to a router, served through it with the SDK: whole and streamed
+    answers, each a v2 record whose router decision and executor signature verify."""
+    router_key, executor_key = (private_key_from_seed(os.urandom(32)) for _ in range(2))
+    executor = vllm_service(
+        engine, tmp_path / "exec", executor_key, DecisionReader(router_key.public_key(), "gpu-v")
+    )
+    router_spool = Spool(tmp_path / "router" / "spool.sqlite3")
+    router = RouterService(
+        "router-v",
+        router_key,
+        Rules.load(None),
+        signed_store(tmp_path / "router", "router-v"),
+        router_spool,
+        Registry(),
+        {"gpu-v": executor_key.public_key()},
+    )
+    with (
+        serving_app(create_router_app(router, httpx.AsyncClient(timeout=60))) as router_url,
+        serving(executor) as executor_url,
+    ):
+        card = ExecutorCard(
+            "gpu-v",
+            executor_url.removesuffix("/v1"),
+            "default",
+            engine.model_id,
+            engine.weights_sha3,
+            engine.served_names,
+        )
+        beats = HeartbeatSender(
+            router_url,
+            card,
+            executor_key,
+            lambda: executor.outstanding,
+            engine.resident_experts,
+            interval_s=0.2,
+        )
+        beats.start()
+        try:
+            deadline = time.monotonic() + 30
+            while not router.registry.healthy("default", "tiny"):
+                assert time.monotonic() < deadline, "no heartbeat reached the router"
+                time.sleep(0.05)
+            client = openai.OpenAI(base_url=router_url + "/v1", api_key=API_KEY, max_retries=0)
+            whole = client.completions.create(
+                model="tiny", prompt="the payment clause", max_tokens=6, temperature=0
+            )
+            streamed = client.completions.create(
+                model="tiny", prompt="the payment clause", max_tokens=6, stream=True
+            )
+            stream_id = streamed.response.headers["x-request-id"]
+            list(streamed)
+            direct = httpx.post(
+                executor_url + "/completions",
+                json={"model": "tiny", "prompt": "x", "max_tokens": 2},
+                headers={"authorization": f"Bearer {API_KEY}"},
+            )
+        finally:
+            beats.stop()
+    assert direct.status_code == 403 and direct.json()["error"]["code"] == "decision_missing"
+    for request_id in (whole._request_id or "", stream_id):
+        spooled = record(executor, request_id)
+        assert (spooled["v"], spooled["status"], spooled["agent_id"]) == (2, "ok", "gpu-v")
+        assert spooled["hops"][0]["node"] == router.rules.node
+        check_record_signatures(
+            record_signing_bytes(spooled),
+            spooled["executor_sig"],
+            spooled["decision"],
+            executor_key.public_key(),
+            router_key.public_key(),
+        )
+    assert spooled["weights_sha3"] == engine.weights_sha3
 
 
 def test_vllm_requests_become_records_with_prefix_cache_hits(engine: VllmEngine, tmp_path: Path) -> None:
