@@ -1,14 +1,17 @@
-"""Decision time: the ONNX encoder run by onnxruntime, the bundle's softmax head. No torch here.
+"""Decision time: the ONNX encoder run by onnxruntime, hashed character n-grams beside it, the bundle's
+softmax head. No torch here.
 
 Determinism: the text is tokenised by the bundled ``tokenizer.json`` truncated and padded to exactly
 ``max_length`` tokens, so every input has the same shape; the session runs on one thread, sequentially,
-and the head's arithmetic is numpy float64 on the encoder's float32 output. The same text gives the
+and the head's arithmetic is numpy float64 on the encoder's float32 output. The n-grams are counted on
+the normalised text's first ``max_chars`` characters and hashed with CRC-32. The same text gives the
 same domain and the same confidence, bit for bit.
 """
 
 from __future__ import annotations
 
 import hashlib
+import zlib
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -19,6 +22,7 @@ import onnxruntime as ort
 from tokenizers import Tokenizer
 
 DEFAULT_THRESHOLD = 0.85
+EMBEDDING_DIM = 384  # all-MiniLM-L6-v2
 
 
 class ClassifierError(ValueError):
@@ -84,7 +88,48 @@ class Encoder:
         return np.asarray(vector[0], dtype=np.float32)
 
     def embed_many(self, texts: list[str]) -> npt.NDArray[np.float32]:
-        return np.stack([self.embed(text) for text in texts]) if texts else np.zeros((0, 384), np.float32)
+        return (
+            np.stack([self.embed(text) for text in texts])
+            if texts
+            else np.zeros((0, EMBEDDING_DIM), np.float32)
+        )
+
+
+@dataclass(frozen=True)
+class CharNgrams:
+    """Hashed character n-gram counts of the lower-cased text, L2-normalised, set beside the embedding:
+    what the English encoder cannot see in Chinese (its vocabulary splits CJK text into characters it
+    was not trained on)."""
+
+    buckets: int = 4096
+    orders: tuple[int, ...] = (1, 2)
+    max_chars: int = 256
+
+    @classmethod
+    def from_spec(cls, spec: Any) -> CharNgrams:
+        try:
+            ngrams = cls(int(spec["buckets"]), tuple(int(n) for n in spec["orders"]), int(spec["max_chars"]))
+        except (KeyError, TypeError, ValueError) as error:
+            raise ClassifierError(f"classifier: bad char_ngrams: {error!r}") from None
+        if not 0 < ngrams.buckets <= 65536 or not ngrams.orders or not all(0 < n <= 5 for n in ngrams.orders):
+            raise ClassifierError("classifier: char_ngrams needs 1..65536 buckets and orders in 1..5")
+        if not 0 < ngrams.max_chars <= 4096:
+            raise ClassifierError("classifier: char_ngrams max_chars must be in 1..4096")
+        return ngrams
+
+    def spec(self) -> dict[str, Any]:
+        return {"buckets": self.buckets, "orders": list(self.orders), "max_chars": self.max_chars}
+
+    def features(self, text: str) -> npt.NDArray[np.float64]:
+        normalised = Encoder.normalise(text).lower()[: self.max_chars]
+        counts = np.zeros(self.buckets)
+        for n in self.orders:
+            for start in range(len(normalised) - n + 1):
+                gram = normalised[start : start + n]
+                if not gram.isspace():
+                    counts[zlib.crc32(gram.encode("utf-8")) % self.buckets] += 1
+        norm = float(np.linalg.norm(counts))
+        return counts / norm if norm else counts
 
 
 def softmax(logits: npt.NDArray[np.float64]) -> npt.NDArray[np.float64]:
@@ -103,6 +148,7 @@ class DomainClassifier:
         weights: npt.NDArray[np.float64],
         bias: npt.NDArray[np.float64],
         threshold: float,
+        ngrams: CharNgrams | None = None,
     ) -> None:
         if weights.shape != (len(labels), weights.shape[1]) or bias.shape != (len(labels),):
             raise ClassifierError("classifier: weights must be labels × dimension and bias one per label")
@@ -111,6 +157,7 @@ class DomainClassifier:
         self.weights = weights
         self.bias = bias
         self.threshold = threshold
+        self.ngrams = ngrams
 
     @classmethod
     def from_spec(cls, spec: dict[str, Any], base: Path) -> DomainClassifier:
@@ -131,14 +178,23 @@ class DomainClassifier:
             raise ClassifierError("classifier: at least two distinct labels are needed")
         if weights.ndim != 2 or not 0.0 < threshold <= 1.0:
             raise ClassifierError("classifier: weights must be a matrix and threshold in (0, 1]")
+        ngrams = CharNgrams.from_spec(spec["char_ngrams"]) if "char_ngrams" in spec else None
+        if weights.shape[1] != EMBEDDING_DIM + (ngrams.buckets if ngrams else 0):
+            raise ClassifierError(
+                "classifier: the weights' dimension is not the embedding's plus the n-grams'"
+            )
         onnx_path = _pinned(base, encoder_name, encoder_sha, "encoder")
         tokenizer_path = _pinned(base, tokenizer_name, tokenizer_sha, "tokenizer")
         encoder = Encoder(onnx_path, tokenizer_path, max_length)
-        return cls(encoder, labels, weights, bias, threshold)
+        return cls(encoder, labels, weights, bias, threshold, ngrams)
+
+    def features(self, text: str) -> npt.NDArray[np.float64]:
+        """What the head reads: the embedding, then the n-grams when the bundle has them."""
+        vector = self.encoder.embed(text).astype(np.float64)
+        return vector if self.ngrams is None else np.concatenate([vector, self.ngrams.features(text)])
 
     def probabilities(self, text: str) -> npt.NDArray[np.float64]:
-        vector = self.encoder.embed(text).astype(np.float64)
-        return softmax(self.weights @ vector + self.bias)
+        return softmax(self.weights @ self.features(text) + self.bias)
 
     def classify(self, text: str) -> Classification:
         probs = self.probabilities(text)

@@ -1,8 +1,8 @@
 """L1's semantic classifier (compute_agents.classifier): determinism, held-out accuracy, the bundle.
 
 The encoder is exported and the head trained once per session (about 15 s on the 2-core machine).
-Measured held-out accuracy with the shipped data and defaults: 0.658 overall, en 0.933, zh 0.383
-(all-MiniLM-L6-v2 is an English model); the floors below sit a little under those figures.
+Measured held-out accuracy with the shipped data and defaults (the embedding and character 1- and
+2-grams): 0.833 overall, en 0.967, zh 0.700; the floors below sit a little under those figures.
 """
 
 from __future__ import annotations
@@ -57,9 +57,9 @@ def test_same_text_same_answer_bit_for_bit(classifier: DomainClassifier) -> None
 def test_heldout_accuracy_above_floor(trained: Trained) -> None:
     report = trained.report
     assert report.n_test == 120 and report.n_train == 360 and len(report.labels) == 12
-    assert report.accuracy >= 0.60
-    assert report.accuracy_by_lang["en"] >= 0.85
-    assert report.accuracy_by_lang["zh"] >= 0.30
+    assert report.accuracy >= 0.78
+    assert report.accuracy_by_lang["en"] >= 0.93
+    assert report.accuracy_by_lang["zh"] >= 0.62
     section = json.loads(trained.bundle_path.read_bytes())["classifier"]
     assert section["training"]["heldout_accuracy"] == round(report.accuracy, 6)
     assert section["threshold"] == 0.85 and section["max_length"] == 64
@@ -101,6 +101,21 @@ def test_bundle_hash_changes_when_head_changes(trained: Trained, classifier: Dom
     default = bundle(1e-4)
     assert default == trained.bundle_path.read_bytes()  # training is deterministic
     assert Rules(bundle(1e-2), base).sha256 != Rules(default, base).sha256
+
+
+def test_a_bundle_without_ngrams_still_loads_and_a_wrong_dimension_is_refused(trained: Trained) -> None:
+    spec = json.loads(trained.bundle_path.read_bytes())["classifier"]
+    assert spec["char_ngrams"] == {"buckets": 4096, "orders": [1, 2], "max_chars": 256}
+    embedding_only = {k: v for k, v in spec.items() if k != "char_ngrams"}
+    embedding_only["weights"] = [row[:384] for row in spec["weights"]]
+    older = DomainClassifier.from_spec(embedding_only, trained.bundle_path.parent)
+    assert older.ngrams is None and older.classify("患者诊断报告").domain in older.labels
+    with pytest.raises(ClassifierError, match="dimension"):
+        DomainClassifier.from_spec({**spec, "weights": embedding_only["weights"]}, trained.bundle_path.parent)
+    with pytest.raises(ClassifierError, match="char_ngrams"):
+        DomainClassifier.from_spec(
+            {**spec, "char_ngrams": {"buckets": 0, "orders": [1], "max_chars": 9}}, trained.bundle_path.parent
+        )
 
 
 def test_mismatched_encoder_refused(trained: Trained, tmp_path: Path) -> None:
