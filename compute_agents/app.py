@@ -29,17 +29,22 @@ from .wire import ApiError, error_body, new_client_request_id
 HTTP_CODES = {404: "not_found", 405: "method_not_allowed"}
 
 
+async def http_error(request: Request, error: Exception) -> Response:
+    """Unknown paths and methods in OpenAI's error shape, with an x-request-id (the agent's and the
+    router's apps both answer so)."""
+    if not isinstance(error, HTTPException):  # registered for HTTPException only
+        raise error
+    code = HTTP_CODES.get(error.status_code, f"http_{error.status_code}")
+    message = f"{request.method} {request.url.path}: {error.detail}"
+    headers = {**(error.headers or {}), "x-request-id": new_record_id()}
+    return JSONResponse(
+        error_body(message, "invalid_request_error", code), error.status_code, headers=headers
+    )
+
+
 def create_app(service: AgentService) -> FastAPI:
     app = FastAPI(title="Treemeter compute agent", docs_url=None, redoc_url=None)
-
-    @app.exception_handler(HTTPException)
-    async def http_error(request: Request, error: HTTPException) -> Response:
-        code = HTTP_CODES.get(error.status_code, f"http_{error.status_code}")
-        message = f"{request.method} {request.url.path}: {error.detail}"
-        headers = {**(error.headers or {}), "x-request-id": new_record_id()}
-        return JSONResponse(
-            error_body(message, "invalid_request_error", code), error.status_code, headers=headers
-        )
+    app.add_exception_handler(HTTPException, http_error)
 
     def refused(error: ApiError, trip: Trip) -> Response:
         headers = {**error.headers, "x-request-id": trip.record_id}

@@ -14,7 +14,8 @@ from starlette.exceptions import HTTPException
 
 from treemeter_records import new_record_id
 
-from ..app import HTTP_CODES
+from ..admission import model_not_found
+from ..app import http_error
 from ..wire import ApiError, error_body, sse
 from .forward import NoExecutor, relay, send
 from .heartbeat import HEARTBEAT_PATH
@@ -30,14 +31,7 @@ def create_router_app(service: RouterService, client: httpx.AsyncClient) -> Fast
     metrics = CollectorRegistry()
     routed = Counter("treemeter_router_requests", "Requests by outcome", ["outcome"], registry=metrics)
 
-    @app.exception_handler(HTTPException)
-    async def http_error(request: Request, error: HTTPException) -> Response:
-        code = HTTP_CODES.get(error.status_code, f"http_{error.status_code}")
-        message = f"{request.method} {request.url.path}: {error.detail}"
-        headers = {**(error.headers or {}), "x-request-id": new_record_id()}
-        return JSONResponse(
-            error_body(message, "invalid_request_error", code), error.status_code, headers=headers
-        )
+    app.add_exception_handler(HTTPException, http_error)
 
     def refused(error: ApiError) -> Response:
         headers = {"x-request-id": new_record_id(), **error.headers}
@@ -104,14 +98,8 @@ def create_router_app(service: RouterService, client: httpx.AsyncClient) -> Fast
     async def model(model: str) -> Response:
         headers = {"x-request-id": new_record_id()}
         if model not in service.served_names():
-            error = ApiError(
-                404,
-                "invalid_request_error",
-                "model_not_found",
-                f"The model `{model}` does not exist or you do not have access to it.",
-                "model",
-            )
-            return JSONResponse(error.body(), status_code=404, headers=headers)
+            error = model_not_found(model)
+            return JSONResponse(error.body(), status_code=error.status, headers=headers)
         return JSONResponse({"id": model, "object": "model", "owned_by": "treemeter"}, headers=headers)
 
     @app.post(HEARTBEAT_PATH)

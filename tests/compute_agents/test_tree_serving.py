@@ -256,6 +256,10 @@ def test_executors_serve_only_what_their_router_decided_and_the_router_refuses_w
         bad_key = httpx.post(
             tree.url + "/v1/completions", json=body, headers={"authorization": "Bearer nope"}
         )
+        unknown_path = httpx.get(tree.url + "/v1/nothing-here")
+        with pytest.raises(openai.NotFoundError) as unknown_card:
+            client.models.retrieve("gpt-4o")
+        card = client.models.retrieve("tiny")
         beat = orjson.dumps(tree.executors["exec-a"].agent.heartbeat.body())  # type: ignore[union-attr]
         intruder = private_key_from_seed(os.urandom(32))
         forged_beat = httpx.post(
@@ -275,5 +279,7 @@ def test_executors_serve_only_what_their_router_decided_and_the_router_refuses_w
         ("rejected", 0, "router-1")
     ] * 2
     assert bad_key.status_code == 401 and bad_key.json()["error"]["code"] == "invalid_api_key"
+    assert unknown_path.status_code == 404 and unknown_path.json()["error"]["code"] == "not_found"
+    assert unknown_card.value.code == "model_not_found" and card.id == "tiny"
     assert len(records(tree.router.service)) == 2  # an unknown key leaves no record
     assert forged_beat.status_code == 403 and forged_beat.json()["error"]["code"] == "unknown_executor"
