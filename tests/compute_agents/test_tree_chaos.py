@@ -64,8 +64,9 @@ def wait_for(check: Callable[[], bool], what: str, processes: list[subprocess.Po
 
 
 class Outage:
-    """A TCP proxy in front of the platform: ``down()`` refuses new connections and cuts open ones, as
-    a platform that is gone would; ``up()`` forwards again, on the same port."""
+    """A TCP proxy in front of a service: ``down()`` refuses new connections and cuts open ones, as a
+    service that is gone would; ``stall()`` keeps every connection open and forwards nothing, as a
+    partitioned network would; ``up()`` forwards again, on the same port."""
 
     def __init__(self, upstream: str) -> None:
         host, port = upstream.removeprefix("http://").split(":")
@@ -75,9 +76,14 @@ class Outage:
         self._open: list[socket.socket] = []
         self._lock = threading.Lock()
         self._listener: socket.socket | None = None
+        self.stalled = threading.Event()
         self.up()
 
+    def stall(self) -> None:
+        self.stalled.set()
+
     def up(self) -> None:
+        self.stalled.clear()
         listener = socket.create_server(("127.0.0.1", self.port), reuse_port=True)
         self._listener = listener
         threading.Thread(target=self._accept, args=(listener,), daemon=True).start()
@@ -105,7 +111,10 @@ class Outage:
         peers = {client: upstream, upstream: client}
         try:
             while True:
-                readable, _, _ = select.select(list(peers), [], [], 1.0)
+                if self.stalled.is_set():  # nothing passes; the connection stays open
+                    time.sleep(0.05)
+                    continue
+                readable, _, _ = select.select(list(peers), [], [], 0.2)
                 for sock in readable:
                     data = sock.recv(65536)
                     if not data:
@@ -149,23 +158,28 @@ class Tree:
         )
         pin_platform_key(registration_url, directory)
 
-    def start_router(self) -> None:
+    def start_router(self, executor_timeout_s: float = 30) -> None:
         trusted = [arg for name in EXECUTORS for arg in ("--executor", f"{name}={self.keys[name]}")]
         directory = self.root / "router-1"
         self.processes["router-1"] = self._spawn(
             directory,
             *("router", "--platform-url", self.platform_url, "--agent-id", "router-1"),
             *("--data-dir", str(directory), "--port", str(self.router_port), *trusted),
+            *("--executor-timeout", str(executor_timeout_s)),
         )
 
-    def start_executor(self, name: str, model: Path) -> None:
+    def start_executor(self, name: str, model: Path, port: int = 0, advertised: str = "") -> None:
+        """An executor; with ``advertised`` (a proxy's URL) the router reaches it there (its heartbeats
+        still go straight to the router)."""
         directory = self.root / name
+        port = port or free_port()
+        advertised = advertised or f"http://127.0.0.1:{port}"
         self.processes[name] = self._spawn(
             directory,
             *("serve", "--platform-url", self.platform_url, "--agent-id", name, "--data-dir", str(directory)),
-            *("--model-dir", str(model), "--port", str(free_port()), "--threads", "1"),
+            *("--model-dir", str(model), "--port", str(port), "--threads", "1"),
             *("--router-url", self.router_url, "--router-key", self.keys["router-1"]),
-            *("--batch-size", "5", "--batch-age", "0.1"),
+            *("--advertise-url", advertised, "--batch-size", "5", "--batch-age", "0.1"),
         )
 
     def _spawn(self, directory: Path, *args: str) -> subprocess.Popen[bytes]:
@@ -345,3 +359,34 @@ def test_the_platform_unreachable_then_back(tree: Tree, tiny_model: Path, live_s
     assert not tree.unanswered
     assert sum(down_at < at < up_at for at, _ in tree.answered_at) > 0
     print(f"platform down 8 s: {figures}")
+
+
+def test_an_executor_cut_off_by_a_stalled_network(tree: Tree, tiny_model: Path, live_server: Any) -> None:
+    """exec-a's requests pass through a proxy that stops forwarding (connections stay open): each one
+    times out at the router (2 s), its breaker opens after three, and traffic goes to exec-b."""
+    port = free_port()
+    proxy = Outage(f"http://127.0.0.1:{port}")  # in front of exec-a, which will listen on ``port``
+    tree.register("router-1", live_server.url, kind="router")
+    for name in EXECUTORS:
+        tree.register(name, live_server.url)
+    tree.start_router(executor_timeout_s=2)
+    tree.start_executor("exec-a", tiny_model, port=port, advertised=proxy.url)
+    tree.start_executor("exec-b", tiny_model)
+    tree.healthy()
+    with tree.load():
+        time.sleep(2)
+        proxy.stall()
+        stalled_at = time.monotonic()
+        time.sleep(12)
+    stats = httpx.get(tree.router_url + "/tree/stats", timeout=5).json()
+    breaker = {
+        e["executor"]: e["breaker"]
+        for e in httpx.get(tree.router_url + "/tree/executors").json()["executors"]
+    }
+    tree.stop_and_drain(live_server.url)
+    figures = tree.check_billing(died_in_flight_at_most=SENDERS)
+    assert not tree.unanswered  # every timed-out attempt was retried on exec-b
+    assert breaker["exec-a"] != "closed" and stats["failovers"] >= BREAKER_FAILURES
+    late = [status for at, status in tree.answered_at if at > stalled_at + 3 * 2 + 2]
+    assert late and set(late) == {200}  # once the breaker is open, no request waits on exec-a
+    print(f"executor cut off: {figures}, failovers {stats['failovers']}")
