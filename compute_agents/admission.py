@@ -43,9 +43,12 @@ def seconds_to_next_month(now_ns: int) -> int:
     return max(1, int(following.timestamp() - now_ns / 1e9))
 
 
-def entitlement_for(entitlements: EntitlementStore, authorization: str | None) -> Entitlement:
+def authenticate(spool: Spool, entitlements: EntitlementStore, authorization: str | None) -> Entitlement:
     """The active entitlement of the request's bearer key, from the signed snapshot; refused (no record)
-    when the snapshot is stale or the key unknown or not active. The agent and the router both use it."""
+    when this process cannot record what it serves (a full spool), the snapshot is stale, or the key is
+    unknown or not active. The agent and the router both use it."""
+    if spool.full():
+        raise ApiError(503, "server_error", "spool_full", spool.full_message())
     if entitlements.stale():
         raise ApiError(503, "server_error", "entitlements_stale", "The agent cannot reach the platform.")
     scheme, _, token = (authorization or "").partition(" ")
@@ -57,6 +60,14 @@ def entitlement_for(entitlements: EntitlementStore, authorization: str | None) -
             403, "invalid_request_error", "api_key_" + entitlement.status, "This API key may not be used."
         )
     return entitlement
+
+
+def check_rules(rules: Rules, route: str, body: Any) -> None:
+    """The rules file's syntax layer; a violation is a 400 ``rule_violation`` naming the parameter."""
+    try:
+        rules.check(route, body)
+    except RequestRefused as refused:
+        raise ApiError(400, "invalid_request_error", "rule_violation", str(refused), refused.param) from None
 
 
 class Admission:
@@ -71,9 +82,7 @@ class Admission:
 
     def authenticate(self, authorization: str | None) -> Entitlement:
         """The key's entitlement; refused (no record) when the agent cannot serve or the key may not."""
-        if self.spool.full():
-            raise ApiError(503, "server_error", "spool_full", self.spool.full_message())
-        return entitlement_for(self.entitlements, authorization)
+        return authenticate(self.spool, self.entitlements, authorization)
 
     def admit(
         self,
@@ -86,12 +95,7 @@ class Admission:
         """Parse, rules, model, context, path (the policy table's, or ``path`` an L1 router decided),
         quota reservation; a refusal raises ApiError (the caller records it)."""
         request = parse_request(route, body)
-        try:
-            self.rules.check(route, body)
-        except RequestRefused as refused:
-            raise ApiError(
-                400, "invalid_request_error", "rule_violation", str(refused), refused.param
-            ) from None
+        check_rules(self.rules, route, body)
         if request.model not in self.engine.served_names:
             raise model_not_found(request.model)
         given = request.prompt

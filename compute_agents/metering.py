@@ -33,12 +33,10 @@ class Trip:
     start_ns: int = field(default_factory=time.time_ns)
     mark: int = field(default_factory=time.perf_counter_ns)
     l1_in_us: int = 0
-    # Behind an L1 router: its node, its path, and its decision time plus the way here (transit).
-    l1_node: str | None = None
-    path: tuple[str, ...] | None = None
+    # Behind an L1 router: its signed decision (the record is v2, signed), and its decision time plus
+    # the way here (transit).
+    decision: dict[str, Any] | None = None
     l1_before_us: int = 0
-    decision: dict[str, Any] | None = None  # the router's signed decision: the record is v2, signed
-    preheat: tuple[tuple[int, int], ...] = ()  # the experts the router asks to preheat
     experts: list[dict[str, int]] = field(default_factory=list)  # the record's, once recorded
 
     @classmethod
@@ -50,12 +48,25 @@ class Trip:
             client_request_id,
             claims["record_id"],
             routed.start_ns,
-            l1_node=claims["node"],
-            path=tuple(claims["path"]),
-            l1_before_us=claims["l1_in_us"] + routed.transit_us,
             decision=routed.decision,
-            preheat=tuple((layer, expert) for layer, expert in claims["preheat"]),
+            l1_before_us=claims["l1_in_us"] + routed.transit_us,
         )
+
+    @property
+    def l1_node(self) -> str | None:
+        """The router's L1 node, when a router decided."""
+        return None if self.decision is None else str(self.decision["claims"]["node"])
+
+    @property
+    def path(self) -> tuple[str, ...] | None:
+        """The router's path, when a router decided."""
+        return None if self.decision is None else tuple(self.decision["claims"]["path"])
+
+    @property
+    def preheat(self) -> tuple[tuple[int, int], ...]:
+        """The experts the router asks L2 to preheat."""
+        pairs = [] if self.decision is None else self.decision["claims"]["preheat"]
+        return tuple((layer, expert) for layer, expert in pairs)
 
     def l1_so_far_us(self) -> int:
         return self.l1_before_us + (time.perf_counter_ns() - self.mark) // 1000

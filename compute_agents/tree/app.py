@@ -8,6 +8,7 @@ from typing import Any
 import httpx
 import orjson
 from fastapi import FastAPI, Request
+from fastapi.concurrency import run_in_threadpool
 from fastapi.responses import JSONResponse, Response, StreamingResponse
 from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, Counter, generate_latest
 from starlette.exceptions import HTTPException
@@ -42,9 +43,11 @@ def create_router_app(service: RouterService, client: httpx.AsyncClient) -> Fast
         try:
             body: Any = orjson.loads(raw)
         except orjson.JSONDecodeError:
-            body = None  # the executor refuses it, with a rejected record
-        try:
-            routing = service.admit(route, request.headers.get("authorization"), body)
+            body = None  # refused by admit, with a rejected record
+        try:  # the classifier and a refusal's spool commit must not hold the event loop
+            routing = await run_in_threadpool(
+                service.admit, route, request.headers.get("authorization"), body
+            )
         except ApiError as error:
             routed.labels(error.code).inc()
             return refused(error)
@@ -63,7 +66,7 @@ def create_router_app(service: RouterService, client: httpx.AsyncClient) -> Fast
             )
         except NoExecutor as none:
             routed.labels("no_executor").inc()
-            return refused(service.unserved(routing, none.tried))
+            return refused(await run_in_threadpool(service.unserved, routing, none.tried))
         response = attempt.response
         headers = {name: response.headers[name] for name in RELAYED_HEADERS if name in response.headers}
         routed.labels("relayed").inc()

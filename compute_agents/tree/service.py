@@ -11,19 +11,20 @@ under the record id, start, path and L1 node of the router's decision.
 
 from __future__ import annotations
 
+import threading
 import time
-from collections import Counter
+from collections import Counter, deque
 from dataclasses import dataclass, field
 from typing import Any
 
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey, Ed25519PublicKey
 
-from treemeter_records import key_id_for, make_record, new_record_id, protocol
+from treemeter_records import make_record, new_record_id, protocol
 
-from ..admission import entitlement_for, model_not_found
+from ..admission import authenticate, check_rules, model_not_found
 from ..entitlements import Entitlement, EntitlementStore
 from ..params import parse_request
-from ..router import Decision, RequestRefused, Rules, classifiable_text
+from ..router import Decision, Rules, classifiable_text
 from ..spool import Spool, SpoolFull
 from ..wire import ApiError
 from .decision import DECISION_HEADER, decision_claims, encode_decision
@@ -32,6 +33,7 @@ from .registry import Executor, Heartbeat, HeartbeatError, Registry
 
 NO_WEIGHTS = "0" * 64  # a router record for a model no executor ever reported: no weights ran
 FORWARDED_HEADERS = ("authorization", "content-type", "x-request-id", "openai-organization")
+DECISIONS_KEPT = 10_000  # decision times kept for /tree/stats' percentiles
 
 
 @dataclass
@@ -43,10 +45,18 @@ class TreeStats:
     by_path: Counter[str] = field(default_factory=Counter)
     failovers: int = 0
     unserved: int = 0
-    decision_us: list[int] = field(default_factory=list)
+    decision_us: deque[int] = field(default_factory=lambda: deque(maxlen=DECISIONS_KEPT))
+    lock: threading.Lock = field(default_factory=threading.Lock)  # decisions are made in a thread pool
+
+    def decided(self, decision: Decision, elapsed_us: int) -> None:
+        with self.lock:
+            self.decision_us.append(elapsed_us)
+            self.by_domain[decision.domain or "-"] += 1
+            self.by_path[">".join(decision.path)] += 1
 
     def as_dict(self) -> dict[str, Any]:
-        ordered = sorted(self.decision_us)
+        with self.lock:
+            ordered = sorted(self.decision_us)
 
         def pct(q: float) -> int | None:
             return ordered[min(len(ordered) - 1, int(q * len(ordered)))] if ordered else None
@@ -57,7 +67,7 @@ class TreeStats:
             "by_path": dict(self.by_path),
             "failovers": self.failovers,
             "unserved": self.unserved,
-            "decision_us": {"p50": pct(0.5), "p99": pct(0.99), "count": len(ordered)},
+            "decision_us": {"p50": pct(0.5), "p99": pct(0.99), "count": len(ordered)},  # the last ones
         }
 
 
@@ -89,7 +99,6 @@ class RouterService:
     ) -> None:
         self.agent_id = agent_id
         self.key = key
-        self.key_id = key_id_for(key)
         self.rules = rules
         self.entitlements = entitlements
         self.spool = spool
@@ -102,28 +111,21 @@ class RouterService:
         """Authenticate, check and decide; nothing external is asked (the snapshot and the rules are
         local). A refusal after authentication leaves a ``rejected`` record."""
         start_ns, mark = time.time_ns(), time.perf_counter_ns()
-        if self.spool.full():  # the router could not record a request it fails to serve
-            raise ApiError(503, "server_error", "spool_full", self.spool.full_message())
-        entitlement = entitlement_for(self.entitlements, authorization)
+        entitlement = authenticate(self.spool, self.entitlements, authorization)
         try:
             request = parse_request(route, body)
-            self.rules.check(route, body)
+            check_rules(self.rules, route, body)
             if not self.registry.executors:  # just started: nobody has reported yet
                 raise ApiError(
                     503, "server_error", "no_executor", "No executor has reported to this router yet."
                 )
             if self.registry.model_card(request.model) is None:
                 raise model_not_found(request.model)
-        except RequestRefused as refused:
-            error = ApiError(400, "invalid_request_error", "rule_violation", str(refused), refused.param)
-            raise self._refuse(error, entitlement, body, start_ns, mark) from None
         except ApiError as error:
             raise self._refuse(error, entitlement, body, start_ns, mark) from None
         decision = self.rules.decide(classifiable_text(body), entitlement.package, entitlement.sla_class)
         routing = Routing(route, entitlement, decision, request.model, start_ns, mark)
-        self.stats.decision_us.append(routing.elapsed_us())
-        self.stats.by_domain[decision.domain or "-"] += 1
-        self.stats.by_path[">".join(decision.path)] += 1
+        self.stats.decided(decision, routing.elapsed_us())
         return routing
 
     def _refuse(
