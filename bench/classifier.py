@@ -1,6 +1,6 @@
 """L1's semantic classifier: decision latency (p50/p99) and held-out accuracy.
 
-    .venv/bin/python bench/classifier.py [--bundle BUNDLE.json] [--n 1000]
+    .venv/bin/python bench/classifier.py [--bundle BUNDLE.json] [--n 1000] [--max-length 64]
 
 Without ``--bundle`` a bundle is trained first (``compute_agents.classifier.train``) into a temporary
 directory. Each decision is one ``DomainClassifier.classify`` (tokenise, ONNX encoder on one thread,
@@ -21,20 +21,23 @@ import numpy as np
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from compute_agents.classifier import DomainClassifier
-from compute_agents.classifier.train import load_examples, train_bundle
+from compute_agents.classifier.train import MAX_LENGTH, load_examples, train_bundle
 
 
 def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--bundle", type=Path, default=None)
     parser.add_argument("--n", type=int, default=1000)
+    parser.add_argument(
+        "--max-length", type=int, default=MAX_LENGTH, help="tokens the encoder reads (trained)"
+    )
     args = parser.parse_args()
     with tempfile.TemporaryDirectory() as scratch:
         bundle = args.bundle
         if bundle is None:
             bundle = Path(scratch) / "bundle.json"
             started = time.perf_counter()
-            train_bundle(None, bundle)
+            train_bundle(None, bundle, max_length=args.max_length)
             print(f"trained a bundle in {time.perf_counter() - started:.1f} s")
         spec = json.loads(bundle.read_bytes())["classifier"]
         classifier = DomainClassifier.from_spec(spec, bundle.parent)

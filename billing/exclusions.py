@@ -1,6 +1,9 @@
-"""Records rating leaves out, from two sources:
+"""Records rating leaves out, from three sources:
 
 - a `BillingExclusion` (finance resolved a dispute as the customer's dependency): that record;
+- a retry's signed decision (`supersedes`, docs/record-format.md): the attempts it names, which were
+  sent to an executor and never answered, so that a request is billed once however many executors
+  ran it;
 - a billing pause from the registered pause source (`billing.adjustments`; sla registers its
   `customer_dependency` exclusions on contracts whose term `pause_billing_on_customer_dependency` is
   on): the records in its window (all, or only the failed ones).
@@ -15,7 +18,7 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
-from clickhouse_store.queries.billing import Excluded, PauseWindow
+from clickhouse_store.queries.billing import Excluded, PauseWindow, superseded_attempts
 from treemeter_records.timeutil import unix_nanos
 
 from .adjustments import BillingPause, registered_sources
@@ -29,6 +32,7 @@ class RatingExclusions:
     record_ids: dict[str, list[str]] = field(default_factory=dict)
     disputes: dict[str, list[int]] = field(default_factory=dict)
     pauses: dict[str, list[BillingPause]] = field(default_factory=dict)
+    superseded: dict[str, list[str]] = field(default_factory=dict)
 
     def excluded(self) -> Excluded:
         """What the rating query leaves out (`clickhouse_store.queries.billing.usage_rows`)."""
@@ -39,16 +43,18 @@ class RatingExclusions:
                 for found in self.pauses.values()
                 for x in found
             ),
+            tuple((contract, r) for contract, ids in self.superseded.items() for r in ids),
         )
 
-    def describe(self, contract: str, by_dispute: int, by_pause: int) -> dict[str, Any]:
+    def describe(self, contract: str, by_dispute: int, by_pause: int, by_retry: int) -> dict[str, Any]:
         """The invoice's statement of what was excluded and why (empty when nothing applied)."""
-        if not (self.disputes.get(contract) or self.pauses.get(contract)):
+        if not (self.disputes.get(contract) or self.pauses.get(contract) or by_retry):
             return {}
         return {
-            "records": by_dispute + by_pause,
+            "records": by_dispute + by_pause + by_retry,
             "by_dispute": by_dispute,
             "by_sla_pause": by_pause,
+            "by_retry": by_retry,
             "disputes": self.disputes.get(contract, []),
             "sla_exclusions": [
                 {
@@ -85,4 +91,8 @@ def rating_exclusions(
             record_ids.setdefault(contract, []).append(str(record_id))
             if dispute not in disputes.setdefault(contract, []):
                 disputes[contract].append(dispute)
-    return RatingExclusions(record_ids, disputes, pauses)
+    superseded: dict[str, list[str]] = {}
+    for attempt in superseded_attempts(list(owners), start, end):
+        if owners[attempt.contract] == attempt.tenant and (as_of is None or attempt.ingested_at <= as_of):
+            superseded.setdefault(attempt.contract, []).append(attempt.record_id)
+    return RatingExclusions(record_ids, disputes, pauses, superseded)

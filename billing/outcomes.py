@@ -16,7 +16,7 @@ from decimal import Decimal, InvalidOperation
 from django.db import transaction
 from django.db.models import F
 
-from clickhouse_store.queries.billing import outcome_records
+from clickhouse_store.queries.billing import outcome_records, superseded_attempts
 from common.money import round_money
 from contracts.models import Contract
 from pricing.errors import BillingError, InvalidRequest
@@ -31,11 +31,16 @@ ZERO = Decimal(0)
 
 
 def sync_record_outcomes(contract: Contract, start: datetime, end: datetime) -> int:
-    """Declare the outcomes records of [start, end) carry (one query; refs already known are kept as
-    they are), the contract's rule confirming at declaration those it holds for. Returns how many
-    outcome records the period holds."""
+    """Declare the outcomes records of [start, end) carry, but not a retry's superseded attempts (refs
+    already known are kept as they are), the contract's rule confirming at declaration those it holds
+    for. Returns how many outcome records the period holds."""
     rule = parse_metric(contract.outcome_rule, rule=True) if contract.outcome_rule else None
     rows = outcome_records(contract.tenant.code, contract.code, start, end, rule)
+    superseded = {  # a retry's superseded attempt is never billed, nor is its outcome
+        a.record_id
+        for a in superseded_attempts([contract.code], start, end)
+        if a.tenant == contract.tenant.code
+    }
     window = timedelta(hours=contract.outcome_window_hours)
     new = [
         Outcome(
@@ -49,6 +54,7 @@ def sync_record_outcomes(contract: Contract, start: datetime, end: datetime) -> 
             **_rule_decision(bool(holds), declared),
         )
         for record_id, ref, kind, value, start_time, holds in rows
+        if str(record_id) not in superseded
         for declared in [assume_utc(start_time)]
     ]
     Outcome.objects.bulk_create(new, ignore_conflicts=True)

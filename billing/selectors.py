@@ -80,7 +80,10 @@ def usage_by_contract(
             for k in range(len(meter.bounds) + 1)
         )
         excluded = exclusions.describe(
-            meter.contract, total.by_dispute if total else 0, total.by_pause if total else 0
+            meter.contract,
+            total.by_dispute if total else 0,
+            total.by_pause if total else 0,
+            total.by_retry if total else 0,
         )
         usage[meter.contract] = PeriodUsage(
             total.records if total else 0,
@@ -103,6 +106,7 @@ def _summed(rows: list[UsageRow]) -> UsageRow | None:
         sum(row.records for row in rows),
         sum(row.by_dispute for row in rows),
         sum(row.by_pause for row in rows),
+        sum(row.by_retry for row in rows),
         {d: sum(row.aggregates[d] for row in rows) for d in first.aggregates},
         {e: sum((row.metrics[e] for row in rows), Decimal(0)) for e in first.metrics},
     )

@@ -2,7 +2,8 @@
 
 create-model (a tiny random-weight MoE checkpoint), identity, register (bind to the platform and pin
 its key), serve (the OpenAI-compatible API with metering and shipping; behind an L1 router with
---router-url), router (the L1 router of a serving tree), spool-status, ship (drain the spool now),
+--router-url), router (the L1 router of a serving tree; with --jobs-broker its asynchronous path too),
+jobs-worker (takes queued jobs and has the router run them), spool-status, ship (drain the spool now),
 send-synthetic (synthetic records, for load tests against a deployment).
 """
 
@@ -190,7 +191,7 @@ def router(args: argparse.Namespace) -> int:
     from .entitlements import SnapshotError
     from .logs import configure_logging
     from .tree.app import create_router_app
-    from .tree.runtime import RouterSettings, build_router
+    from .tree.runtime import QueueNotConfigured, RouterSettings, build_router
 
     configure_logging()
     settings = RouterSettings(
@@ -199,8 +200,15 @@ def router(args: argparse.Namespace) -> int:
         data_dir=Path(args.data_dir),
         executor_keys=_executor_keys(args.executor),
         rules_file=Path(args.rules) if args.rules else None,
+        jobs_broker=args.jobs_broker,
+        jobs_queue=args.jobs_queue,
+        public_url=args.public_url or f"http://{args.host}:{args.port}",
     )
-    router = build_router(settings, load_or_create_seed(Path(args.key_file)))
+    try:
+        router = build_router(settings, load_or_create_seed(Path(args.key_file)))
+    except QueueNotConfigured as error:
+        print(f"router: {error}", file=sys.stderr)
+        return 2
     try:
         router.start()
     except SnapshotError as error:
@@ -208,10 +216,33 @@ def router(args: argparse.Namespace) -> int:
         return 1
     client = httpx.AsyncClient(timeout=httpx.Timeout(args.executor_timeout, connect=2.0))
     try:
-        app = create_router_app(router.service, client)
+        app = create_router_app(router.service, client, router.jobs_api(client))
         uvicorn.run(app, host=args.host, port=args.port, log_level="warning")
     finally:
         router.stop()
+    return 0
+
+
+def jobs_worker(args: argparse.Namespace) -> int:
+    """A Celery worker of the job queue (threads: each job waits on the router's answer)."""
+    from .jobs.queue import job_queue
+    from .logs import configure_logging
+
+    configure_logging()
+    app = job_queue(args.broker, args.queue, args.visibility_timeout)
+    app.worker_main(
+        [
+            "worker",
+            "--pool",
+            "threads",
+            "--concurrency",
+            str(args.concurrency),
+            "--queues",
+            args.queue,
+            "--loglevel",
+            "INFO",
+        ]
+    )
     return 0
 
 
@@ -331,6 +362,27 @@ def parser() -> argparse.ArgumentParser:
         "--executor", action="append", default=[], metavar="AGENT_ID=PUBLIC_KEY", help="an executor it trusts"
     )
     tree.add_argument("--executor-timeout", type=float, default=120.0, help="seconds to wait for an answer")
+    tree.add_argument(
+        "--jobs-broker",
+        help="the job queue's broker (amqp://…, redis://…, filesystem://): the asynchronous path",
+    )
+    tree.add_argument("--jobs-queue", default="treemeter-jobs", help="the queue's name on the broker")
+    tree.add_argument("--public-url", help="where job workers reach this router (default: --host/--port)")
+
+    worker = commands.add_parser(
+        "jobs-worker", help="a job worker: take queued jobs, have the router run them"
+    )
+    worker.add_argument("--broker", required=True, help="the job queue's broker (the router's --jobs-broker)")
+    worker.add_argument(
+        "--queue", default="treemeter-jobs", help="the queue's name (the router's --jobs-queue)"
+    )
+    worker.add_argument("--concurrency", type=int, default=4, help="jobs in flight at once")
+    worker.add_argument(
+        "--visibility-timeout",
+        type=float,
+        default=900.0,
+        help="Redis broker: seconds before a job a dead worker held is given to another",
+    )
 
     status = commands.add_parser("spool-status", help="records waiting, next seq, shipped, lag")
     status.add_argument("--data-dir", default=data_dir)
@@ -361,6 +413,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         "register": register,
         "serve": serve,
         "router": router,
+        "jobs-worker": jobs_worker,
         "spool-status": spool_status,
         "ship": ship,
     }

@@ -54,6 +54,7 @@ class PolicyRow:
     path: tuple[str, ...]
     domain: str = ANY
     subtree: str = DEFAULT_SUBTREE
+    queued: bool = False  # the asynchronous tier: the request waits in the durable queue (202, a job)
 
     def matches(self, domain: str | None, package: str, sla_class: str) -> bool:
         return (
@@ -73,6 +74,7 @@ class Decision:
     path: tuple[str, ...]
     subtree: str
     l2_confirmation: bool
+    queued: bool = False
 
 
 NO_MATCH = PolicyRow(ANY, ANY, L2_CONFIRMATION)
@@ -100,7 +102,10 @@ def _policy_row(number: int, raw: Any) -> PolicyRow:
         raise RulesError(
             f"policy row {number}: subtree {fields['subtree']!r} must match {SUBTREE_NAME.pattern}"
         )
-    return PolicyRow(path=tuple(path), **fields)
+    queued = raw.get("queued", False)
+    if not isinstance(queued, bool):
+        raise RulesError(f"policy row {number}: 'queued' must be true or false")
+    return PolicyRow(path=tuple(path), queued=queued, **fields)
 
 
 def _check_domains(policy: list[PolicyRow], classifier: DomainClassifier | None) -> None:
@@ -182,12 +187,14 @@ class Rules:
         forced through L2, which confirms the domain."""
         if self.classifier is None:
             row = self._row(None, package, sla_class)
-            return Decision(None, None, row.path, row.subtree, l2_confirmation=False)
+            return Decision(None, None, row.path, row.subtree, l2_confirmation=False, queued=row.queued)
         found = self.classifier.classify(text)
         row = self._row(found.domain, package, sla_class)
         unsure = found.confidence < self.classifier.threshold
         path = L2_CONFIRMATION if unsure else row.path
-        return Decision(found.domain, found.confidence, path, row.subtree, l2_confirmation=unsure)
+        return Decision(
+            found.domain, found.confidence, path, row.subtree, l2_confirmation=unsure, queued=row.queued
+        )
 
     def path_for(self, package: str, sla_class: str) -> tuple[str, ...]:
         """The path without looking at the prompt: the first row for any domain (``*``)."""

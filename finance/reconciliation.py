@@ -24,6 +24,7 @@ from decimal import Decimal
 from typing import Any, cast
 
 from billing.models import BillingExclusion, Invoice, InvoiceLine, LateUsage
+from clickhouse_store.queries.billing import superseded_attempts
 from clickhouse_store.queries.finance import (
     PARTS,
     BillingPause,
@@ -63,7 +64,8 @@ def _invoices(selected: ReconciliationFilter) -> list[Invoice]:
 
 
 def _rated_out(invoices: list[Invoice]) -> tuple[list[ExcludedRecord], list[BillingPause]]:
-    """The ledger exclusions and customer-dependency pauses the invoices' periods may have rated out."""
+    """The ledger exclusions, retries' superseded attempts and customer-dependency pauses the invoices'
+    periods may have rated out."""
     contracts = sorted({i.contract.code for i in invoices})
     start = min(i.period_start for i in invoices)
     end = max(i.period_end for i in invoices)
@@ -77,8 +79,14 @@ def _rated_out(invoices: list[Invoice]) -> tuple[list[ExcludedRecord], list[Bill
         starts_at__lt=end,
         ends_at__gt=start,
     ).values_list("contract__code", "starts_at", "ends_at", "scope", "declared_at")
+    owners = {i.contract.code: i.tenant.code for i in invoices}
+    superseded = [  # a retry's superseded attempt is rated out from the retry's ingestion on
+        ExcludedRecord(attempt.record_id, attempt.ingested_at)
+        for attempt in superseded_attempts(contracts, start, end)
+        if owners[attempt.contract] == attempt.tenant
+    ]
     return (
-        [ExcludedRecord(str(record_id), created) for record_id, created in excluded],
+        [ExcludedRecord(str(record_id), created) for record_id, created in excluded] + superseded,
         [
             BillingPause(code, starts, ends, scope == Exclusion.Scope.FAILED, declared)
             for code, starts, ends, scope, declared in pauses

@@ -20,7 +20,13 @@ UNITS: dict[str, Promise] = {
 }
 
 # The serving tree's layers as SLA objectives and percentiles name them.
-LAYERS: dict[str, str | Promise] = {"l1": "L1", "l2": "L2", "l3": "L3", "e2e": _("End to end")}
+LAYERS: dict[str, str | Promise] = {
+    "l1": "L1",
+    "l2": "L2",
+    "l3": "L3",
+    "queue": _("Queue wait"),
+    "e2e": _("End to end"),
+}
 
 STATUSES: dict[str, Promise] = {
     "pending_payment": _("Waiting for payment"),

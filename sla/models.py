@@ -60,6 +60,8 @@ class Objective(models.Model):
 
     availability: eligible = valid requests, good = status ok.
     latency: eligible = valid requests with status ok, good = the layer's latency ≤ threshold_ms.
+    Layers: e2e (the record's start to end), l1/l2/l3 (its hops on that layer), queue (a queued job's
+    wait in the router's queue, the decision's `queued_us` claim; 0 for an interactive request).
     With timeslice_minutes, the window is cut into slices; a slice is good when its ratio is ≥
     timeslice_target_percent (or it has no traffic), and the objective is met by good slices ÷ slices.
     """
@@ -73,6 +75,7 @@ class Objective(models.Model):
         L1 = "l1", "L1 decision"
         L2 = "l2", "L2 preparation"
         L3 = "l3", "L3 compute"
+        QUEUE = "queue", "Queue wait"
 
     policy = models.ForeignKey(SlaPolicy, on_delete=models.CASCADE, related_name="objectives")
     name = models.SlugField(max_length=64)

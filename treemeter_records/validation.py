@@ -87,6 +87,15 @@ CLAIM_FIELDS: tuple[str, ...] = (
     "l1_in_us",
     "decided_ns",
 )
+# An optional claim, present only on a retry: the record ids of this request's earlier attempts that
+# were sent and never answered (the executor may have run them). Those records are never billed.
+SUPERSEDES = "supersedes"
+SUPERSEDES_MAX = 8
+# An optional claim, present only on a job the router took from its queue: the µs from the router's
+# receipt of the request to the job's dispatch (the queue hop). The record's start is still the receipt.
+QUEUED_US = "queued_us"
+QUEUED_US_LIMIT = 2**40  # about 12.7 days
+OPTIONAL_CLAIMS = (QUEUED_US, SUPERSEDES)
 CONFIDENCE_PPM_MAX = 1_000_000
 PATH_MAX = 8
 PREHEAT_MAX = 1024
@@ -360,7 +369,11 @@ def check_claims(claims: Any) -> dict[str, Any]:
     if type(claims) is not dict:
         _fail(WRONG_TYPE, where, "decision.claims must be an object")
     if claims.keys() != set(CLAIM_FIELDS):
-        _check_keys(claims, CLAIM_FIELDS, where + ".")
+        _check_keys(claims, (*CLAIM_FIELDS, *(c for c in OPTIONAL_CLAIMS if c in claims)), where + ".")
+    if SUPERSEDES in claims:
+        _check_supersedes(claims)
+    if QUEUED_US in claims:
+        _uint(claims[QUEUED_US], f"{where}.{QUEUED_US}", QUEUED_US_LIMIT, 1)
     if type(claims["record_id"]) is not str or _uuid7(claims["record_id"]) is None:
         _fail(INVALID_VALUE, where + ".record_id", "decision.claims.record_id must be a UUIDv7")
     for name in ("router", "subtree", "executor"):
@@ -401,19 +414,34 @@ def check_claims(claims: Any) -> dict[str, Any]:
     return claims
 
 
+def _check_supersedes(claims: Mapping[str, Any]) -> None:
+    where, superseded = "decision.claims.supersedes", claims[SUPERSEDES]
+    if type(superseded) is not list or not 0 < len(superseded) <= SUPERSEDES_MAX:
+        _fail(INVALID_VALUE, where, f"{where} must be a list of 1..{SUPERSEDES_MAX} record ids")
+    if not all(type(r) is str and _uuid7(r) is not None for r in superseded):
+        _fail(INVALID_VALUE, where, f"{where} holds UUIDv7 record ids")
+    if len(set(superseded)) != len(superseded) or claims["record_id"] in superseded:
+        _fail(INVALID_VALUE, where, f"{where} must be distinct earlier attempts, not this record")
+
+
+def receipt_ns(claims: Mapping[str, Any]) -> int:
+    """When the router received the request: the record's start."""
+    return int(claims["decided_ns"]) - (int(claims["l1_in_us"]) + int(claims.get(QUEUED_US, 0))) * 1000
+
+
 def check_decision_agrees(rec: Mapping[str, Any], claims: Mapping[str, Any]) -> None:
     """The record is the one the router decided (``decision_mismatch`` otherwise): its id, its
-    executor, its start (the router's receipt: ``decided_ns`` − ``l1_in_us``), its hops along the
-    decided path (or the first L1 hop alone, for a request the executor refused), every L1 hop on the
-    router's node, and the first hop at least as long as the router's part of it."""
+    executor, its start (the router's receipt: ``decided_ns`` − ``l1_in_us`` − ``queued_us``), its
+    hops along the decided path (or the first L1 hop alone, for a request the executor refused), every
+    L1 hop on the router's node, and the first hop at least as long as the router's part of it."""
     hops = rec["hops"]
     layers = [hop["layer"] for hop in hops]
     if claims["record_id"] != rec["record_id"]:
         _fail(DECISION_MISMATCH, "decision.claims.record_id", "the decision is for another record")
     if claims["executor"] != rec["agent_id"]:
         _fail(DECISION_MISMATCH, "decision.claims.executor", "the decision names another executor")
-    if rec["start_ns"] != claims["decided_ns"] - claims["l1_in_us"] * 1000:
-        _fail(DECISION_MISMATCH, "start_ns", "start_ns must be decided_ns - l1_in_us * 1000")
+    if rec["start_ns"] != receipt_ns(claims):
+        _fail(DECISION_MISMATCH, "start_ns", "start_ns must be decided_ns - (l1_in_us + queued_us) * 1000")
     if layers != claims["path"] and not (rec["status"] == "rejected" and layers == ["L1"]):
         _fail(DECISION_MISMATCH, "hops", "the hops must follow the decided path")
     if any(hop["node"] != claims["node"] for hop in hops if hop["layer"] == "L1"):

@@ -33,7 +33,9 @@ from .validation import (
     L1_NODE_PATTERN,
     PATH_MAX,
     PREHEAT_MAX,
+    QUEUED_US_LIMIT,
     SIGNATURE_PATTERN,
+    SUPERSEDES_MAX,
     UUID7_PATTERN,
     check_outcome,
 )
@@ -69,8 +71,8 @@ RecordId = Annotated[str, Meta(pattern=rf"^{UUID7_PATTERN}\Z")]
 Layer = Literal["L1", "L2", "L3"]
 
 
-class WireClaims(Struct, forbid_unknown_fields=True, gc=False):
-    """A v2 record's router claims; fields in canonical key order."""
+class WireClaims(Struct, forbid_unknown_fields=True, gc=False, omit_defaults=True, kw_only=True):
+    """A v2 record's router claims; fields in canonical key order (``supersedes`` only on a retry)."""
 
     confidence_ppm: Annotated[int, Meta(ge=0, le=CONFIDENCE_PPM_MAX)] | None
     decided_ns: Positive63
@@ -81,10 +83,12 @@ class WireClaims(Struct, forbid_unknown_fields=True, gc=False):
     node: Annotated[str, Meta(pattern=rf"^{L1_NODE_PATTERN}\Z")]
     path: Annotated[tuple[Layer, ...], Meta(min_length=1, max_length=PATH_MAX)]
     preheat: Annotated[tuple[tuple[U16, U16], ...], Meta(max_length=PREHEAT_MAX)]
+    queued_us: Annotated[int, Meta(ge=1, lt=QUEUED_US_LIMIT)] | None = None
     record_id: RecordId
     router: Slug
     rules_sha256: Annotated[str, Meta(pattern=r"^[0-9a-f]{64}\Z")]
     subtree: Slug
+    supersedes: Annotated[tuple[RecordId, ...], Meta(max_length=SUPERSEDES_MAX)] = ()
 
 
 class WireDecision(Struct, forbid_unknown_fields=True, gc=False):
@@ -168,6 +172,9 @@ def fast_record(line: bytes) -> WireRecord | None:
         return None
     if rec.decision is not None and not _agrees(rec, rec.decision.claims):
         return None
+    superseded = rec.decision.claims.supersedes if rec.decision is not None else ()
+    if superseded and (len(set(superseded)) != len(superseded) or rec.record_id in superseded):
+        return None
     raw = bytes(rec.outcome)
     if raw != _NULL and not _outcome_valid(raw):
         return None
@@ -181,7 +188,7 @@ def _agrees(rec: WireRecord, claims: WireClaims) -> bool:
     return (
         claims.record_id == rec.record_id
         and claims.executor == rec.agent_id
-        and rec.start_ns == claims.decided_ns - claims.l1_in_us * 1000
+        and rec.start_ns == claims.decided_ns - (claims.l1_in_us + (claims.queued_us or 0)) * 1000
         and (layers == claims.path or (rec.status == "rejected" and layers == ("L1",)))
         and all(hop.node == claims.node for hop in hops if hop.layer == "L1")
         and hops[0].latency_us >= claims.l1_in_us

@@ -20,6 +20,7 @@ from ..app import http_error
 from ..wire import ApiError, error_body, sse
 from .forward import NoExecutor, relay, send
 from .heartbeat import HEARTBEAT_PATH
+from .jobs_api import CALLBACK_HEADER, JobsApi, add_job_routes
 from .preparation import EXPERTS_HEADER
 from .registry import HeartbeatError
 from .service import RouterService
@@ -27,7 +28,11 @@ from .service import RouterService
 RELAYED_HEADERS = ("content-type", "x-request-id", "retry-after", "x-should-retry")
 
 
-def create_router_app(service: RouterService, client: httpx.AsyncClient) -> FastAPI:
+def create_router_app(
+    service: RouterService, client: httpx.AsyncClient, jobs: JobsApi | None = None
+) -> FastAPI:
+    """The router's app; with ``jobs``, the asynchronous path too (policy rows marked ``queued``, the
+    Batch API). Without it the rules must not queue (``tree.runtime`` checks at start)."""
     app = FastAPI(title="Treemeter L1 router", docs_url=None, redoc_url=None)
     metrics = CollectorRegistry()
     routed = Counter("treemeter_router_requests", "Requests by outcome", ["outcome"], registry=metrics)
@@ -53,6 +58,22 @@ def create_router_app(service: RouterService, client: httpx.AsyncClient) -> Fast
             return refused(error)
         incoming = dict(request.headers)
         stream = isinstance(body, dict) and body.get("stream") is True
+        if routing.decision.queued and jobs is not None:
+            routed.labels("queued").inc()
+            try:
+                if stream:
+                    raise ApiError(
+                        400,
+                        "invalid_request_error",
+                        "stream_not_queued",
+                        "This request class is served asynchronously (a job): it cannot stream.",
+                        "stream",
+                    )
+                return await jobs.accept(
+                    routing, raw, incoming.get("authorization", ""), incoming.get(CALLBACK_HEADER)
+                )
+            except ApiError as error:
+                return refused(error)
         try:
             attempt = await send(
                 client,
@@ -61,7 +82,7 @@ def create_router_app(service: RouterService, client: httpx.AsyncClient) -> Fast
                 routing.model,
                 route,
                 raw,
-                lambda executor: service.headers_for(routing, executor, incoming),
+                lambda executor, supersedes: service.headers_for(routing, executor, incoming, supersedes),
                 stream=stream,
             )
         except NoExecutor as none:
@@ -127,6 +148,9 @@ def create_router_app(service: RouterService, client: httpx.AsyncClient) -> Fast
     @app.get("/tree/stats")
     async def stats() -> dict[str, Any]:
         return service.stats.as_dict()
+
+    if jobs is not None:
+        add_job_routes(app, jobs)
 
     @app.get("/metrics")
     async def prometheus() -> Response:

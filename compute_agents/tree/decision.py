@@ -19,7 +19,7 @@ import orjson
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey, Ed25519PublicKey
 
 from treemeter_records import RecordError, canonical_bytes, protocol
-from treemeter_records.validation import check_claims
+from treemeter_records.validation import QUEUED_US, SUPERSEDES, check_claims, receipt_ns
 
 from ..router import Decision
 from ..wire import ApiError
@@ -42,8 +42,8 @@ class Routed:
 
     @property
     def start_ns(self) -> int:
-        """When the router received the request: the record's start."""
-        return int(self.claims["decided_ns"]) - int(self.claims["l1_in_us"]) * 1000
+        """When the router received the request (a queued job: before its queue wait): the record's start."""
+        return receipt_ns(self.claims)
 
     @property
     def transit_us(self) -> int:
@@ -61,9 +61,11 @@ def decision_claims(
     executor: str,
     l1_in_us: int,
     preheat: list[list[int]],
+    supersedes: tuple[str, ...] = (),
+    queued_us: int = 0,
 ) -> dict[str, Any]:
     confidence = None if decision.confidence is None else round(decision.confidence * 1_000_000)
-    return {
+    claims: dict[str, Any] = {
         "record_id": record_id,
         "router": router,
         "node": node,
@@ -78,6 +80,11 @@ def decision_claims(
         "l1_in_us": l1_in_us,
         "decided_ns": time.time_ns(),
     }
+    if supersedes:
+        claims[SUPERSEDES] = list(supersedes)
+    if queued_us:
+        claims[QUEUED_US] = queued_us
+    return claims
 
 
 def encode_decision(claims: dict[str, Any], key: Ed25519PrivateKey) -> str:

@@ -1,14 +1,16 @@
 """L1 → L3: send one routed request to an executor, and to another when it failed before any output.
 
 An attempt fails over (the breaker counts it) when the executor could not be reached, timed out before
-answering, or answered 5xx: in each case the customer has received nothing yet, and the executor left
-no billed record (a 5xx leaves an unbilled ``error`` record under that attempt's id). Each attempt has
-its own record id, so a failed attempt's record and the served one never collide at ingest. Once an
-answer's first byte is relayed there is no retry: a stream cut afterwards ends with an error event.
+answering, or answered 5xx: in each case the customer has received nothing yet. Each attempt has its own
+record id, so a failed attempt's record and the served one never collide at ingest. Once an answer's
+first byte is relayed there is no retry: a stream cut afterwards ends with an error event.
 
-The one case where two attempts could both bill: an executor that committed its ``ok`` record and died
-before its answer's first byte left it. The window is the spool commit to the first write (the record is
-committed just before the answer goes out); the chaos tests measure how often it happens.
+Billed once across attempts: an attempt that was sent and never answered (a timeout, a connection lost
+after the request left) may still have run and committed an ``ok`` record at its executor. The next
+attempt's signed decision names it in ``supersedes``, and a superseded record is never billed
+(docs/record-format.md). An attempt that was never delivered (refused connection, connect timeout) or
+that answered 5xx (an unbilled ``error`` record) needs no such claim. A decision names at most
+``SUPERSEDES_MAX`` attempts, so a request stops failing over after that many unanswered ones.
 """
 
 from __future__ import annotations
@@ -18,6 +20,8 @@ from dataclasses import dataclass
 
 import httpx
 import structlog
+
+from treemeter_records.validation import SUPERSEDES_MAX
 
 from .registry import Executor, Registry
 
@@ -42,7 +46,10 @@ class NoExecutor(Exception):
         self.tried = tried
 
 
-SignFor = Callable[[Executor], tuple[str, dict[str, str]]]  # executor → (record id, headers to send)
+# (executor, earlier attempts that may have run) → (record id, headers to send)
+SignFor = Callable[[Executor, tuple[str, ...]], tuple[str, dict[str, str]]]
+# Transport errors raised before the request could reach the executor.
+UNDELIVERED = (httpx.ConnectError, httpx.ConnectTimeout, httpx.PoolTimeout)
 
 
 async def send(
@@ -55,19 +62,23 @@ async def send(
     sign_for: SignFor,
     *,
     stream: bool,
+    superseded: tuple[str, ...] = (),
 ) -> Attempt:
     """The first attempt that answered (its response's headers read; a stream's body still unread).
     The executor stays counted in flight until the caller calls ``registry.finished``/``released``."""
     tried: list[str] = []
-    while (executor := registry.choose(subtree, model, exclude=tried)) is not None:
+    unanswered = list(superseded)  # attempts sent before this call (a job dispatched again)
+    while len(unanswered) < SUPERSEDES_MAX and (executor := registry.choose(subtree, model, exclude=tried)):
         tried.append(executor.beat.executor)
-        record_id, headers = sign_for(executor)
+        record_id, headers = sign_for(executor, tuple(unanswered))
         request = client.build_request("POST", executor.beat.url + route, content=body, headers=headers)
         try:
             response = await client.send(request, stream=stream)
         except httpx.TransportError as error:
             log.warning("executor_unreachable", executor=executor.beat.executor, error=repr(error))
             registry.finished(executor, ok=False)
+            if not isinstance(error, UNDELIVERED):
+                unanswered.append(record_id)
             continue
         if response.status_code in RETRYABLE_STATUS:
             await response.aread()

@@ -1,19 +1,26 @@
 """Assemble a running L1 router from its settings: its own identity (a registered agent, so it holds
 the entitlement snapshot of the keys it routes and ships the records of requests nobody served), its
-rules and classifier, the executors it trusts (their public keys, pinned), its spool and shipper."""
+rules and classifier, the executors it trusts (their public keys, pinned), its spool and shipper, and
+with a broker its job table and the publisher that feeds the queue."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
 from pathlib import Path
 
+import httpx
+
 from treemeter_records import private_key_from_seed, public_key_from_b64
 
 from ..entitlements import EntitlementStore
+from ..jobs.queue import QUEUE, Publisher, job_queue, job_token
+from ..jobs.store import JobStore
 from ..router import Rules
 from ..runtime import open_entitlements, open_shipper
 from ..shipper import Shipper
 from ..spool import Spool
+from .jobs import JobRunner
+from .jobs_api import JobsApi
 from .registry import Registry
 from .service import RouterService
 
@@ -30,6 +37,9 @@ class RouterSettings:
     batch_size: int = 500
     batch_age_s: float = 1.0
     spool_max_records: int = 100_000
+    jobs_broker: str | None = None  # the asynchronous path's broker (Celery URL); None: no queue
+    jobs_queue: str = QUEUE
+    public_url: str = "http://127.0.0.1:8000"  # where job workers reach this router
 
 
 @dataclass
@@ -37,14 +47,35 @@ class TreeRouter:
     service: RouterService
     shipper: Shipper
     entitlements: EntitlementStore
+    jobs: JobQueue | None = None
 
     def start(self) -> None:
         self.entitlements.start()
         self.shipper.start()
+        if self.jobs is not None:
+            self.jobs.publisher.start()
 
     def stop(self) -> None:
+        if self.jobs is not None:
+            self.jobs.publisher.stop()
+            self.jobs.store.close()
         self.entitlements.stop()
         self.shipper.stop()
+
+    def jobs_api(self, client: httpx.AsyncClient) -> JobsApi | None:
+        if self.jobs is None:
+            return None
+        return JobsApi(JobRunner(self.service, self.jobs.store, client), self.jobs.store, self.jobs.publisher)
+
+
+@dataclass(frozen=True)
+class JobQueue:
+    store: JobStore
+    publisher: Publisher
+
+
+class QueueNotConfigured(ValueError):
+    """The rules queue a request class but the router was given no broker."""
 
 
 def build_router(settings: RouterSettings, seed: bytes) -> TreeRouter:
@@ -63,4 +94,18 @@ def build_router(settings: RouterSettings, seed: bytes) -> TreeRouter:
     shipper = open_shipper(
         spool, settings.platform_url, settings.agent_id, key, settings.batch_size, settings.batch_age_s
     )
-    return TreeRouter(service, shipper, entitlements)
+    jobs = None
+    if settings.jobs_broker:
+        store = JobStore(settings.data_dir / "jobs.sqlite3", key)
+        publisher = Publisher(
+            job_queue(settings.jobs_broker, settings.jobs_queue),
+            store,
+            settings.public_url,
+            lambda job_id: job_token(key, job_id),
+        )
+        jobs = JobQueue(store, publisher)
+    elif any(row.queued for row in service.rules.policy):
+        raise QueueNotConfigured(
+            "the rules queue a request class (a policy row 'queued'): give --jobs-broker"
+        )
+    return TreeRouter(service, shipper, entitlements, jobs)

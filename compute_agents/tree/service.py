@@ -140,9 +140,15 @@ class RouterService:
         return error
 
     def headers_for(
-        self, routing: Routing, executor: Executor, incoming: dict[str, str]
+        self,
+        routing: Routing,
+        executor: Executor,
+        incoming: dict[str, str],
+        supersedes: tuple[str, ...] = (),
+        queued_us: int = 0,
     ) -> tuple[str, dict[str, str]]:
-        """A new record id for this attempt, and the headers that carry the signed decision."""
+        """A new record id for this attempt, and the headers that carry the signed decision (naming the
+        earlier attempts it supersedes, see ``forward``, and a queued job's wait, see ``jobs``)."""
         record_id = new_record_id()
         decision = routing.decision
         claims = decision_claims(
@@ -154,6 +160,8 @@ class RouterService:
             executor=executor.beat.executor,
             preheat=self.experts.preheat(decision.domain) if "L2" in decision.path else [],
             l1_in_us=routing.elapsed_us(),
+            supersedes=supersedes,
+            queued_us=queued_us,
         )
         headers = {name: incoming[name] for name in FORWARDED_HEADERS if name in incoming}
         headers[DECISION_HEADER] = encode_decision(claims, self.key)

@@ -138,6 +138,26 @@ def usage_records_signed_columns_ddl(cluster: str) -> list[str]:
     ]
 
 
+# What the router's signed claims say beyond the record's own fields, added by migration 0005: the
+# record ids a retry supersedes (decision.claims.supersedes; empty on a first attempt and on v1), which
+# are never billed, and a queued job's time in the router's queue (decision.claims.queued_us; 0 for an
+# interactive request), the queue hop of SLA objectives on layer "queue".
+CLAIM_COLUMNS: tuple[tuple[str, str], ...] = (
+    ("supersedes", "Array(UUID) MATERIALIZED JSONExtract(decision, 'claims', 'supersedes', 'Array(UUID)')"),
+    ("queue_latency_us", "UInt64 MATERIALIZED JSONExtractUInt(decision, 'claims', 'queued_us')"),
+)
+
+
+def usage_records_claim_columns_ddl(cluster: str) -> list[str]:
+    """ALTER statements adding the claims' columns (and to the local table on a cluster)."""
+    tables = [USAGE_RECORDS_LOCAL, USAGE_RECORDS] if cluster else [USAGE_RECORDS]
+    return [
+        f"ALTER TABLE {table}{on_cluster(cluster)} ADD COLUMN IF NOT EXISTS {name} {spec}"
+        for table in tables
+        for name, spec in CLAIM_COLUMNS
+    ]
+
+
 def migrations_table_ddl(cluster: str) -> str:
     """CREATE statement for the table where the migrator records applied migrations.
 

@@ -206,7 +206,10 @@ LatencyAnswer = inline_serializer(
             {
                 "policy": serializers.CharField(),
                 "objective": serializers.CharField(),
-                "layer": serializers.ChoiceField(choices=list(selectors.LATENCY_LAYERS)),
+                # the chart's layers, and the queue wait (an SLA layer the hourly rollup does not chart)
+                "layer": serializers.ChoiceField(
+                    choices=list(dict.fromkeys([*selectors.LATENCY_LAYERS, *selectors.SLA_LAYERS.values()]))
+                ),
                 "threshold_ms": _decimal(),
                 "target_percent": _decimal(),
                 "contracts": serializers.ListField(child=serializers.CharField()),

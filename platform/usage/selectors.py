@@ -56,7 +56,7 @@ INTERVALS: dict[str, timedelta] = {"hour": timedelta(hours=1), "day": timedelta(
 assert INTERVALS.keys() == usage_sql.BUCKETS.keys()  # each interval has its bucket in ClickHouse
 BREAKDOWN_KEYS: tuple[str, ...] = tuple(usage_sql.BREAKDOWN_KEYS)  # contract, package, day
 LATENCY_LAYERS: dict[str, str] = {"L1": "lat_l1", "L2": "lat_l2", "L3": "lat_l3", "total": "lat_total"}
-SLA_LAYERS = {"e2e": "total", "l1": "L1", "l2": "L2", "l3": "L3"}
+SLA_LAYERS = {"e2e": "total", "l1": "L1", "l2": "L2", "l3": "L3", "queue": "queue"}
 PERCENTILES = ("p50_ms", "p95_ms", "p99_ms")  # the order of schema.LATENCY_QUANTILES
 AVG_HOPS_PLACES = Decimal("0.001")
 RATE_PLACES = Decimal("0.0001")

@@ -177,6 +177,7 @@ def test_a_registered_pause_leaves_its_records_out_of_rating() -> None:
         "records": 6,
         "by_dispute": 0,
         "by_sla_pause": 6,
+        "by_retry": 0,
         "disputes": [],
         "sla_exclusions": [
             {

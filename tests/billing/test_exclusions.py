@@ -87,6 +87,7 @@ def test_a_customer_dependency_window_pauses_billing_when_the_contract_says_so()
         "records": 4,  # the failed one in the window too (it was not billable anyway)
         "by_dispute": 0,
         "by_sla_pause": 4,
+        "by_retry": 0,
         "disputes": [],
         "sla_exclusions": [
             {

@@ -97,6 +97,9 @@ def test_created_table_matches_the_record_format(ch: None) -> None:
         # Record format v2's signed parts (migration 0004), '' on a v1 record.
         "decision": ("String", "DEFAULT"),
         "executor_sig": ("String", "DEFAULT"),
+        # What the router's claims add (migration 0005): a retry's superseded attempts, a job's wait.
+        "supersedes": ("Array(UUID)", "MATERIALIZED"),
+        "queue_latency_us": ("UInt64", "MATERIALIZED"),
     }
     ((engine, sorting_key),) = query.select(
         "SELECT engine, sorting_key FROM system.tables "

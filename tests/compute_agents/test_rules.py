@@ -50,6 +50,17 @@ def test_old_rules_files_without_domain_or_subtree_still_load(tmp_path: Path) ->
     assert [row.domain for row in rules.policy] == ["*", "*"]
 
 
+def test_a_policy_row_sends_its_request_class_to_the_queue() -> None:
+    rules = rules_with(
+        [
+            {"package": "*", "sla_class": "batch", "path": ["L1", "L3", "L1"], "queued": True},
+            {"package": "*", "sla_class": "*", "path": ["L1", "L2", "L3", "L1"]},
+        ]
+    )
+    assert rules.decide("long document", "pkg", "batch").queued
+    assert not rules.decide("a question", "pkg", "gold").queued
+
+
 def test_no_matching_row_goes_through_l2() -> None:
     rules = rules_with([{"package": "only-this", "sla_class": "*", "path": ["L1", "L3", "L1"]}])
     assert rules.decide("", "another", "gold").path == ("L1", "L2", "L3", "L1")
@@ -66,6 +77,10 @@ def test_no_matching_row_goes_through_l2() -> None:
         ),
         ({"package": "", "sla_class": "*", "path": ["L1", "L3", "L1"]}, "policy row 1"),
         ("not a row", "policy row 1 must be a JSON object"),
+        (
+            {"package": "*", "sla_class": "*", "path": ["L1", "L3", "L1"], "queued": "yes"},
+            "policy row 1: 'queued' must be true or false",
+        ),
     ],
 )
 def test_bad_policy_rows_are_refused_with_the_reason(row: Any, message: str) -> None:

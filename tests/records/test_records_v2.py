@@ -33,6 +33,7 @@ EXECUTOR_SIG = "GR5vDFsbgGuT4TfZlBOGILH1N9YuElPieulxAGijwCUMYGLnRNdlPyb+Qj6OKufU
 ROUTER_PUBLIC_B64 = "Kay64UG8yvCyLhqU000LxzYeUm0L/hLIl5S8kyKWbdc="
 
 Mutation = Callable[[dict[str, Any]], Any]
+EARLIER_ATTEMPT = "01936f4e-8a2b-7c3d-9e4f-5a6b7c8d9e10"
 
 
 def _claims(name: str, value: Any) -> Mutation:
@@ -113,6 +114,39 @@ V2_CASES: list[tuple[str, Mutation, str, str]] = [
     ),
     ("no executor signature", lambda r: r.pop("executor_sig"), "missing_field", "executor_sig"),
     ("a v1 record with a decision", lambda r: r.__setitem__("v", 1), "unknown_field", "decision"),
+    ("supersedes nothing", _claims("supersedes", []), "invalid_value", "decision.claims.supersedes"),
+    (
+        "supersedes more than 8 attempts",
+        _claims("supersedes", [f"01936f4e-8a2b-7c3d-9e4f-5a6b7c8d9e{k:02d}" for k in range(9)]),
+        "invalid_value",
+        "decision.claims.supersedes",
+    ),
+    (
+        "supersedes no record id",
+        _claims("supersedes", ["attempt-1"]),
+        "invalid_value",
+        "decision.claims.supersedes",
+    ),
+    (
+        "supersedes one attempt twice",
+        _claims("supersedes", [EARLIER_ATTEMPT, EARLIER_ATTEMPT]),
+        "invalid_value",
+        "decision.claims.supersedes",
+    ),
+    ("a queue wait of zero", _claims("queued_us", 0), "invalid_value", "decision.claims.queued_us"),
+    ("a queue wait as a bool", _claims("queued_us", True), "wrong_type", "decision.claims.queued_us"),
+    (
+        "a queue wait the start does not count",
+        _claims("queued_us", 5_000),
+        "decision_mismatch",
+        "start_ns",
+    ),
+    (
+        "supersedes itself",
+        lambda r: r["decision"]["claims"].__setitem__("supersedes", [r["record_id"]]),
+        "invalid_value",
+        "decision.claims.supersedes",
+    ),
 ]
 V2_CODES = {case[2] for case in V2_CASES} | {"decision_signature_invalid", "executor_signature_invalid"}
 
@@ -175,3 +209,25 @@ def test_a_record_that_disagrees_with_its_decision_is_refused_on_both_paths(
         decode_record(line)
     assert (refused.value.code, refused.value.field) == (code, field)
     assert fast_record(line) is None  # the compiled path never accepts what the reference refuses
+
+
+def test_a_retry_names_the_attempts_it_supersedes_and_both_paths_accept_it() -> None:
+    record = v2_record()
+    record["decision"]["claims"]["supersedes"] = [EARLIER_ATTEMPT]
+    line = json.dumps(record, sort_keys=True, separators=(",", ":"), ensure_ascii=False).encode()
+    assert decode_record(line)["decision"]["claims"]["supersedes"] == [EARLIER_ATTEMPT]
+    fast = fast_record(line)
+    assert fast is not None and fast.decision is not None
+    assert fast.decision.claims.supersedes == (EARLIER_ATTEMPT,)
+    assert decode_wire(line).decision.claims.supersedes == (EARLIER_ATTEMPT,)  # type: ignore[union-attr]
+
+
+def test_a_queued_job_starts_at_the_receipt_before_its_queue_wait() -> None:
+    record = v2_record()
+    claims = record["decision"]["claims"]
+    claims["queued_us"] = 90_000_000  # 90 s in the queue: decided 90 s after the request arrived
+    claims["decided_ns"] += 90_000_000_000
+    line = json.dumps(record, sort_keys=True, separators=(",", ":"), ensure_ascii=False).encode()
+    assert decode_record(line)["start_ns"] == claims["decided_ns"] - (claims["l1_in_us"] + 90_000_000) * 1000
+    fast = fast_record(line)
+    assert fast is not None and fast.decision is not None and fast.decision.claims.queued_us == 90_000_000

@@ -118,7 +118,7 @@ def test_a_month_of_failures_has_no_percentiles_and_earns_the_top_credit() -> No
     report = compute_report(contract, "2026-11", now=AFTER_NOV)
     availability, latency = report.objectives
     assert (availability["measured_percent"], latency["measured_percent"]) == ("0.0000", None)
-    assert report.percentiles_ms == {"e2e": {}, "l1": {}, "l2": {}, "l3": {}}
+    assert report.percentiles_ms == {"e2e": {}, "l1": {}, "l2": {}, "l3": {}, "queue": {}}
     assert report.credit_percent == 100
     assert availability["budget_spent_percent"] == "100000.0000"  # 5 bad of a 0.005-request budget
 
@@ -129,7 +129,7 @@ def test_no_traffic_meets_every_objective_and_earns_nothing() -> None:
     report = compute_report(contract, "2026-11", now=AFTER_NOV)
     (availability,) = report.objectives
     assert (availability["measured_percent"], availability["met"], report.credit_percent) == (None, True, 0)
-    assert report.percentiles_ms == {"e2e": {}, "l1": {}, "l2": {}, "l3": {}}
+    assert report.percentiles_ms == {"e2e": {}, "l1": {}, "l2": {}, "l3": {}, "queue": {}}
     assert len(report.daily) == 30
 
 

@@ -186,7 +186,12 @@ def test_start_order(services: dict[str, dict[str, Any]]) -> None:
         assert conditions(name)["migrate"] == "service_completed_successfully", name
         assert conditions(name)["redis"] == "service_healthy", name
     for name in TREE_SERVICES:
-        assert conditions(name) == {"web": "service_healthy"}, name
+        assert conditions(name)["web"] == "service_healthy", name
+    # the job queue's broker before the router and its workers
+    assert conditions("router")["redis"] == conditions("jobs-worker")["redis"] == "service_healthy"
+    assert conditions("jobs-worker")["router"] == "service_started"
+    router, worker = services["router"]["command"], services["jobs-worker"]["command"]
+    assert router[router.index("--jobs-broker") + 1] == worker[worker.index("--broker") + 1]
     assert services["migrate"]["restart"] == "no"
     for name in services:
         for dep, condition in conditions(name).items():

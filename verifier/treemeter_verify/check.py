@@ -7,7 +7,7 @@ import binascii
 import json
 import multiprocessing
 from collections import defaultdict
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field, replace
 from decimal import Decimal, InvalidOperation
 from hashlib import sha256
@@ -21,8 +21,8 @@ from .canonical import canonical_bytes
 from .keys import PinnedKeys
 from .merkle import ProofError, root_from_multi_inclusion, root_of_leaves, verify_consistency
 from .note import Checkpoint, NoteError, open_checkpoint
-from .records import load_record, match_record, record_fields, usage_of_columns
-from .routed import is_routed, routing_problem
+from .records import fields_of, load_record, match_record, record_fields, usage_of_columns
+from .routed import is_routed, routing_problem, superseded_ids
 
 FORMAT = "treemeter-invoice-export/1"
 BATCH_DOMAIN = b"treemeter-batch-v1\n"
@@ -123,6 +123,8 @@ def _verify(
     if len(set(record_ids)) != len(record_ids):
         foreign.append("a record id appears more than once")
     usage = [sum(column) for column in zip(*(scan.usage for scan in scans), strict=True)]
+    superseded, unbilled = _superseded(scans, lines)
+    usage = [total - left_out for total, left_out in zip(usage, unbilled, strict=True)]
     included = [
         (index, scan.leaves[32 * k : 32 * k + 32]) for scan in scans for k, index in enumerate(scan.indices)
     ]
@@ -130,6 +132,7 @@ def _verify(
     report.add("records belong to the invoice", foreign, f"{len(lines)} records of {invoice['contract']}")
     misrouted = [p for scan in scans for p in scan.misrouted]
     _check_routing(sum(scan.routed for scan in scans), misrouted, report)
+    _check_superseded(superseded, report)
     _check_inclusion(included, checkpoint, manifest, unlogged, report)
     _check_completeness(batches, manifest.get("reported_gaps", {}), report)
     _check_lines(invoice, manifest["prices"], usage, len(lines), report)
@@ -150,8 +153,10 @@ class _Scope:
 
 @dataclass
 class _Scan:
-    """What some runs of record lines yield: problems, ids, logged leaves, summed billable usage, and
-    how many records are routed (format v2)."""
+    """What some runs of record lines yield: problems, ids, logged leaves, summed billable usage, how
+    many records are routed (format v2), the (tenant, contract, record id) that their decisions
+    supersede, and the lines that are not records (from the scan's first), which place the record ids
+    on their lines."""
 
     unsigned: list[str] = field(default_factory=list)
     unlogged: list[str] = field(default_factory=list)
@@ -162,6 +167,8 @@ class _Scan:
     usage: list[int] = field(default_factory=lambda: [0] * len(rating.DIMENSIONS))
     routed: int = 0
     misrouted: list[str] = field(default_factory=list)
+    supersedes: list[tuple[bytes, bytes, bytes]] = field(default_factory=list)
+    skipped: list[int] = field(default_factory=list)
 
 
 # What forked scanners read (inherited, never pickled): per share its joined lines and runs.
@@ -318,12 +325,13 @@ def _scan_lines(
             fields = record_fields(record)
             if fields is None:
                 out.foreign.append(f"line {offset + k + 1} is not a record")
+                out.skipped.append(offset + k)
                 continue
             record_id, agent_id, seq, record_tenant, record_contract, start_ns, status, usage = fields
             if status == b"ok":
                 parsed.append(usage)
             if is_routed(record):
-                _scan_routed(record, record_id, scope.agents, out)
+                _scan_routed(record, (record_tenant, record_contract, record_id), scope.agents, out)
         out.record_ids.append(record_id)
         line_in_batch = None if position is None else position + k
         if (
@@ -345,11 +353,67 @@ def _scan_lines(
             out.foreign.append(f"{record_id.decode()} does not belong to this invoice")
 
 
-def _scan_routed(record: dict[str, Any], record_id: bytes, agents: dict[str, bytes], out: _Scan) -> None:
+def _scan_routed(
+    record: dict[str, Any], owner: tuple[bytes, bytes, bytes], agents: dict[str, bytes], out: _Scan
+) -> None:
+    """The routing check of one routed record (tenant, contract, record id: ``owner``); only a decision
+    that passes it supersedes records."""
+    tenant, contract, record_id = owner
     out.routed += 1
     problem = routing_problem(record, agents)
     if problem is not None:
         out.misrouted.append(f"{record_id.decode()}: {problem}")
+        return
+    out.supersedes += [(tenant, contract, r.encode()) for r in superseded_ids(record)]
+
+
+def _superseded(scans: list[_Scan], lines: list[bytes]) -> tuple[int, list[int]]:
+    """How many records of the export a retry of their tenant and contract superseded, and the usage of
+    those the scans counted as billable (status ok), which is not billed. Without any supersedes claim
+    (the common case) no line is read again."""
+    named = {claim for scan in scans for claim in scan.supersedes}
+    unbilled = [0] * len(rating.DIMENSIONS)
+    count = 0
+    for line in _lines_of(scans, lines, {record_id for _, _, record_id in named}):
+        fields = fields_of(line)
+        if fields is None:
+            continue
+        record_id, _, _, tenant, contract, _, status, usage = fields
+        if (tenant, contract, record_id) in named:
+            count += 1
+            if status == b"ok":
+                unbilled = [total + part for total, part in zip(unbilled, usage, strict=True)]
+    return count, unbilled
+
+
+def _lines_of(scans: list[_Scan], lines: list[bytes], record_ids: set[bytes]) -> Iterator[bytes]:
+    """The lines of the records with these ids. Scans cover consecutive lines, in order; within one, the
+    i-th record id is on the i-th line that is not skipped."""
+    if not record_ids:
+        return
+    base = 0
+    for scan in scans:
+        for k, record_id in enumerate(scan.record_ids):
+            if record_id in record_ids:
+                yield lines[base + _line_of(k, scan.skipped)]
+        base += len(scan.record_ids) + len(scan.skipped)
+
+
+def _line_of(k: int, skipped: list[int]) -> int:
+    """The line, from the scan's first, of its k-th record, given its lines that are not records."""
+    for line in skipped:
+        if line > k:
+            break
+        k += 1
+    return k
+
+
+def _check_superseded(superseded: int, report: Report) -> None:
+    """Records a retry superseded (docs/record-format.md, ``supersedes``): in the export, never billed."""
+    if not superseded:
+        report.skip("superseded attempts", "no record superseded by a retry")
+        return
+    report.add("superseded attempts", [], f"{superseded} records superseded by retries, not billed")
 
 
 def _check_routing(routed: int, problems: list[str], report: Report) -> None:

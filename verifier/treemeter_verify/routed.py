@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import base64
 import binascii
+import re
 from typing import Any
 
 from cryptography.exceptions import InvalidSignature
@@ -18,6 +19,14 @@ RECORD_DOMAIN = b"treemeter-record-v2\n"
 DECISION_DOMAIN = b"treemeter-decision-v1\n"
 _SIGNATURE_FIELDS = frozenset({"key_id", "sig"})
 _DECISION_FIELDS = frozenset({"claims", "key_id", "sig"})
+# The optional claim of a retry: its request's earlier attempts, sent and never answered, never billed.
+SUPERSEDES = "supersedes"
+SUPERSEDES_MAX = 8
+# The optional claim of a job the router took from its durable queue: the µs from the router's receipt
+# of the request to the job's dispatch (the queue hop). The record's start is still the receipt.
+QUEUED_US = "queued_us"
+QUEUED_US_LIMIT = 2**40  # about 12.7 days
+_uuid7 = re.compile(r"[0-9a-f]{8}-[0-9a-f]{4}-7[0-9a-f]{3}-[89ab][0-9a-f]{3}-[0-9a-f]{12}").fullmatch
 
 
 def is_routed(record: dict[str, Any]) -> bool:
@@ -43,10 +52,19 @@ def routing_problem(record: dict[str, Any], agents: dict[str, bytes]) -> str | N
             or _signature_problem(
                 "router", decision, _DECISION_FIELDS, DECISION_DOMAIN + _claims_bytes(decision), agents
             )
+            or _supersedes_problem(decision["claims"])
+            or _queued_problem(decision["claims"])
             or _disagreement(record, decision["claims"])
         )
     except (KeyError, TypeError, ValueError, AttributeError, IndexError):
         return "the decision or the executor signature is malformed"
+
+
+def superseded_ids(record: dict[str, Any]) -> list[str]:
+    """The record ids a routed record's decision supersedes (none without the claim); only for a record
+    that passed ``routing_problem``, whose claim is then well formed."""
+    ids: list[str] = record["decision"]["claims"].get(SUPERSEDES, [])
+    return ids
 
 
 def _claims_bytes(decision: dict[str, Any]) -> bytes:
@@ -73,6 +91,42 @@ def _signature_problem(
     return None
 
 
+def _supersedes_problem(claims: dict[str, Any]) -> str | None:
+    """Why the optional ``supersedes`` claim is malformed (the reference's form rules); None when absent."""
+    if SUPERSEDES not in claims:
+        return None
+    where, superseded = f"decision.claims.{SUPERSEDES}", claims[SUPERSEDES]
+    if type(superseded) is not list or not 0 < len(superseded) <= SUPERSEDES_MAX:
+        return f"{where} must be a list of 1..{SUPERSEDES_MAX} record ids"
+    if not all(type(r) is str and _uuid7(r) is not None for r in superseded):
+        return f"{where} holds UUIDv7 record ids"
+    if len(set(superseded)) != len(superseded) or claims["record_id"] in superseded:
+        return f"{where} must be distinct earlier attempts, not this record"
+    return None
+
+
+def _queued_problem(claims: dict[str, Any]) -> str | None:
+    """Why the optional ``queued_us`` claim is malformed (the reference's form rules: an integer in
+    [1, 2**40)); None when absent."""
+    if QUEUED_US not in claims:
+        return None
+    where, queued = f"decision.claims.{QUEUED_US}", claims[QUEUED_US]
+    if type(queued) is not int:
+        return f"{where} must be an integer"
+    if queued < 0:
+        return f"{where} must not be negative"
+    if not 1 <= queued < QUEUED_US_LIMIT:
+        return f"{where} must be in [1, {QUEUED_US_LIMIT})"
+    return None
+
+
+def _receipt_ns(claims: dict[str, Any]) -> int:
+    """When the router received the request (ns), the record's start: ``decided_ns`` less the µs of the
+    router's part (``l1_in_us``) and of the queue hop (``queued_us``, 0 when absent)."""
+    decided_ns: int = claims["decided_ns"]
+    return decided_ns - (claims["l1_in_us"] + claims.get(QUEUED_US, 0)) * 1000
+
+
 def _disagreement(record: dict[str, Any], claims: dict[str, Any]) -> str | None:
     """The first rule by which the record is not the one the router decided (``decision_mismatch``)."""
     hops = record["hops"]
@@ -81,7 +135,9 @@ def _disagreement(record: dict[str, Any], claims: dict[str, Any]) -> str | None:
         return "the decision is for another record"
     if claims["executor"] != record["agent_id"]:
         return "the decision names another executor"
-    if record["start_ns"] != claims["decided_ns"] - claims["l1_in_us"] * 1000:
+    if record["start_ns"] != _receipt_ns(claims):
+        if QUEUED_US in claims:
+            return "start_ns is not decided_ns - (l1_in_us + queued_us) × 1000"
         return "start_ns is not decided_ns - l1_in_us × 1000"
     if layers != claims["path"] and not (record["status"] == "rejected" and layers == ["L1"]):
         return "the hops do not follow the decided path"

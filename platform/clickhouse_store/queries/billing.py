@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
-from datetime import datetime
+from datetime import UTC, datetime
 from decimal import Decimal
 from typing import Any, NamedTuple
 from uuid import UUID
@@ -41,7 +41,7 @@ AGGREGATE_SQL: dict[str, str] = {
 if tuple(AGGREGATE_SQL) != AGGREGATED_DIMENSIONS:
     raise RuntimeError("AGGREGATE_SQL must map exactly pricing.dimensions.AGGREGATED_DIMENSIONS, in order")
 
-_OK = "status = 'ok' AND NOT disputed AND NOT paused"
+_OK = "status = 'ok' AND NOT superseded AND NOT disputed AND NOT paused"
 # The records' own tenant and contract columns. The rating query names its output columns `tenant` and
 # `contract` (derived from its group key, `usage_sql`), which shadow the columns' plain names there.
 _TENANT, _CONTRACT = f"{query.USAGE_RECORDS}.tenant", f"{query.USAGE_RECORDS}.contract"
@@ -57,6 +57,11 @@ PAUSED = (
     "AND (f = 0 OR status IN ('error', 'timeout')), "
     "{pz_contracts:Array(String)}, {pz_starts:Array(Int64)}, {pz_ends:Array(Int64)}, "
     "{pz_failed_only:Array(UInt8)})"
+)
+# Whether a retry of the same request superseded it (the retry's contract is the record's own).
+SUPERSEDED = (
+    f"arrayExists((c, r) -> {_CONTRACT} = c AND record_id = r, "
+    "{sp_contracts:Array(String)}, {sp_ids:Array(UUID)})"
 )
 # Which price segment a record falls in: how many of its contract's change instants are at or before it.
 SEGMENT = (
@@ -88,17 +93,19 @@ class PauseWindow:
 
 @dataclass(frozen=True)
 class Excluded:
-    """What the rating query leaves out: these record ids (disputes) and the records in these windows."""
+    """What the rating query leaves out: these record ids (disputes), the records in these windows, and
+    these (contract, record id) attempts a retry superseded."""
 
     record_ids: tuple[str, ...] = ()
     pauses: tuple[PauseWindow, ...] = ()
+    superseded: tuple[tuple[str, str], ...] = ()
 
 
 @dataclass(frozen=True)
 class UsageRow:
     """One (tenant, contract, segment) group of the rating query: all its records, those a dispute or
-    a pause left out, each dimension's integer aggregate and each custom metric's exact sum (by its
-    expression text) over the billable ones (ok, not excluded)."""
+    a pause left out, those a retry superseded, each dimension's integer aggregate and each custom
+    metric's exact sum (by its expression text) over the billable ones (ok, not excluded)."""
 
     tenant: str
     contract: str
@@ -106,6 +113,7 @@ class UsageRow:
     records: int
     by_dispute: int
     by_pause: int
+    by_retry: int
     aggregates: dict[str, int]
     metrics: dict[str, Decimal]
 
@@ -141,10 +149,17 @@ def usage_sql(
     }
     # What the period does not have is a constant, not a per-row lambda over empty arrays (a fifth of
     # the query's time over a month of records).
-    disputed, paused, segment = "0", "0", "0"
+    superseded, disputed, paused, segment = "0", "0", "0", "0"
     state = "toUInt64(status != 'ok')"
-    if excluded.record_ids or excluded.pauses:
-        state = f"multiIf(disputed, {DISPUTED_STATE}, paused, {PAUSED_STATE}, status = 'ok', 0, 1)"
+    if excluded.record_ids or excluded.pauses or excluded.superseded:
+        state = (
+            f"multiIf(superseded, {SUPERSEDED_STATE}, disputed, {DISPUTED_STATE}, paused, {PAUSED_STATE}, "
+            "status = 'ok', 0, 1)"
+        )
+    if excluded.superseded:
+        superseded = SUPERSEDED
+        params["sp_contracts"] = [contract for contract, _ in excluded.superseded]
+        params["sp_ids"] = [record_id for _, record_id in excluded.superseded]
     if excluded.record_ids:
         disputed = DISPUTED
         params["ex_ids"] = sorted(excluded.record_ids)
@@ -188,7 +203,7 @@ def usage_sql(
         "{tenants:Array(String)}[pair % {tenant_span:UInt64}] AS tenant"
     )
     sql = (
-        f"WITH {disputed} AS disputed, {paused} AS paused "  # noqa: S608
+        f"WITH {superseded} AS superseded, {disputed} AS disputed, {paused} AS paused "  # noqa: S608
         f"SELECT {group}, {derived}, "
         + ", ".join(columns)
         + f" FROM {query.RECORDS} WHERE {in_period} "
@@ -206,8 +221,8 @@ PRUNE_BELOW = 64
 _NAMED = f"AND {_TENANT} IN {{tenants:Array(String)}} AND {_CONTRACT} IN {{contracts:Array(String)}} "
 
 # A group's record state (the key's last digit, base STATES): billable (ok, not excluded), not ok,
-# left out by a dispute, left out by a pause (and no dispute).
-STATES, BILLABLE, DISPUTED_STATE, PAUSED_STATE = 4, 0, 2, 3
+# left out by a dispute, left out by a pause (and no dispute), superseded by a retry (whatever else).
+STATES, BILLABLE, DISPUTED_STATE, PAUSED_STATE, SUPERSEDED_STATE = 5, 0, 2, 3, 4
 if AGGREGATE_SQL[AGGREGATED_DIMENSIONS[0]] != "count()":
     raise RuntimeError("usage_rows counts a group's records with its first aggregate, count()")
 _FIRST_AGGREGATE = 6  # after usage_group, segment, pair, state, contract, tenant
@@ -227,17 +242,19 @@ def usage_rows(
         if not contract or not tenant:  # at position 0: a record of a contract or tenant not asked for
             continue
         key = (tenant, contract, int(segment))
-        found = counts.setdefault(key, [0, 0, 0])
+        found = counts.setdefault(key, [0, 0, 0, 0])
         records = int(row[_FIRST_AGGREGATE])
         found[0] += records
         if state == DISPUTED_STATE:
             found[1] += records
         elif state == PAUSED_STATE:
             found[2] += records
+        elif state == SUPERSEDED_STATE:
+            found[3] += records
         elif state == BILLABLE:
             billable[key] = row
     rows = []
-    for key, (records, by_dispute, by_pause) in counts.items():
+    for key, (records, by_dispute, by_pause, by_retry) in counts.items():
         sums = billable.get(key)
         rows.append(
             UsageRow(
@@ -245,6 +262,7 @@ def usage_rows(
                 records,
                 by_dispute,
                 by_pause,
+                by_retry,
                 {
                     d: int(sums[_FIRST_AGGREGATE + k] or 0) if sums else 0
                     for k, d in enumerate(AGGREGATED_DIMENSIONS)
@@ -256,6 +274,30 @@ def usage_rows(
             )
         )
     return rows
+
+
+class SupersededAttempt(NamedTuple):
+    """A record id a retry's signed decision superseded, the retry's tenant and contract, and when the
+    retry was ingested (the superseded record is rated out from then on)."""
+
+    tenant: str
+    contract: str
+    record_id: str
+    ingested_at: datetime
+
+
+def superseded_attempts(contracts: Sequence[str], start: datetime, end: datetime) -> list[SupersededAttempt]:
+    """The attempts that retries of these contracts' requests in [start, end) superseded (a retry has
+    its request's start, so both fall in one period); the earliest retry naming each, by record id."""
+    in_period, params = query.in_period(start, end)
+    rows = query.select(
+        "SELECT tenant, contract, toString(superseded) AS attempt, min(ingested_at) AS at "  # noqa: S608
+        f"FROM {query.RECORDS} ARRAY JOIN supersedes AS superseded "
+        f"WHERE {in_period} AND contract IN {{contracts:Array(String)}} AND notEmpty(supersedes) "
+        "GROUP BY tenant, contract, attempt ORDER BY attempt",
+        {**params, "contracts": list(contracts)},
+    )
+    return [SupersededAttempt(t, c, r, at if at.tzinfo else at.replace(tzinfo=UTC)) for t, c, r, at in rows]
 
 
 class LayerTimes(NamedTuple):
