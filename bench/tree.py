@@ -100,8 +100,8 @@ def run(data_dir: Path, requests: int, max_tokens: int) -> None:
     headers = {"authorization": f"Bearer {key}"}
     client = httpx.Client(timeout=60)
 
-    def ask(url: str, number: int) -> tuple[int, int, float]:
-        body = {"model": "tiny", "prompt": PROMPTS[number % len(PROMPTS)], "max_tokens": max_tokens}
+    def ask(url: str, number: int, tokens: int = max_tokens) -> tuple[int, int, float]:
+        body = {"model": "tiny", "prompt": PROMPTS[number % len(PROMPTS)], "max_tokens": tokens}
         begun = time.perf_counter()
         answer = client.post(url + "/v1/completions", json={**body, "temperature": 0}, headers=headers)
         tokens = answer.json()["usage"]["completion_tokens"] if answer.status_code == 200 else 0
@@ -126,6 +126,11 @@ def run(data_dir: Path, requests: int, max_tokens: int) -> None:
                 totals[side][1] += seconds[side]
             pairs.append(seconds["direct"] / seconds["router"])
         rate = {side: tokens / spent for side, (tokens, spent) in totals.items()}
+        # The router's fixed cost per request: one output token each way, same prompts, interleaved.
+        extra_ms = []
+        for number in range(requests):
+            direct_s = ask(direct["direct"][0], number, 1)[2]
+            extra_ms.append((ask(tree.url, number, 1)[2] - direct_s) * 1000)
         stats = tree.get("/tree/stats")
         kill = kill_to_next_answer(tree, ask, EXECUTOR_IDS[0])
         for number in range(requests):  # the same requests through both capacities, then their RSS
@@ -149,6 +154,11 @@ def run(data_dir: Path, requests: int, max_tokens: int) -> None:
         ("tokens/s direct to one executor", f"{rate['direct']:.1f}", ""),
         ("ratio router ÷ direct (totals)", f"{rate['router'] / rate['direct']:.4f}", ">= 0.95"),
         ("ratio router ÷ direct (median of same-prompt pairs)", f"{statistics.median(pairs):.4f}", ">= 0.95"),
+        (
+            "router's added time per request, max_tokens 1 (median)",
+            f"{statistics.median(extra_ms):.1f} ms",
+            "",
+        ),
         (
             "router decision latency p50 / p99",
             f"{decision['p50'] / 1000:.2f} / {decision['p99'] / 1000:.2f} ms",

@@ -18,6 +18,7 @@ import pytest
 
 from compute_agents.classifier import Classification, ClassifierError, DomainClassifier
 from compute_agents.classifier.train import (
+    MAX_LENGTH,
     Trained,
     canonical_bundle,
     classifier_section,
@@ -62,7 +63,7 @@ def test_heldout_accuracy_above_floor(trained: Trained) -> None:
     assert report.accuracy_by_lang["zh"] >= 0.62
     section = json.loads(trained.bundle_path.read_bytes())["classifier"]
     assert section["training"]["heldout_accuracy"] == round(report.accuracy, 6)
-    assert section["threshold"] == 0.85 and section["max_length"] == 64
+    assert section["threshold"] == 0.85 and section["max_length"] == MAX_LENGTH == 32
 
 
 def test_bundle_is_canonical_and_names_l1(trained: Trained, classifier: DomainClassifier) -> None:
@@ -93,7 +94,7 @@ def test_bundle_hash_changes_when_head_changes(trained: Trained, classifier: Dom
             encoder_path=base / json.loads(trained.bundle_path.read_bytes())["classifier"]["encoder"],
             tokenizer_path=base / "all-MiniLM-L6-v2.tokenizer.json",
             base=base,
-            max_length=64,
+            max_length=MAX_LENGTH,
             threshold=0.85,
         )
         return canonical_bundle(rules, section)
