@@ -202,6 +202,7 @@ def router(args: argparse.Namespace) -> int:
         rules_file=Path(args.rules) if args.rules else None,
         jobs_broker=args.jobs_broker,
         jobs_queue=args.jobs_queue,
+        private_callbacks=args.allow_private_callbacks,
         public_url=args.public_url or f"http://{args.host}:{args.port}",
     )
     try:
@@ -229,7 +230,9 @@ def jobs_worker(args: argparse.Namespace) -> int:
     from .logs import configure_logging
 
     configure_logging()
-    app = job_queue(args.broker, args.queue, args.visibility_timeout)
+    app = job_queue(
+        args.broker, args.queue, args.visibility_timeout, private_callbacks=args.allow_private_callbacks
+    )
     app.worker_main(
         [
             "worker",
@@ -367,6 +370,9 @@ def parser() -> argparse.ArgumentParser:
         help="the job queue's broker (amqp://…, redis://…, filesystem://): the asynchronous path",
     )
     tree.add_argument("--jobs-queue", default="treemeter-jobs", help="the queue's name on the broker")
+    tree.add_argument(
+        "--allow-private-callbacks", action="store_true", help="job callbacks may reach private addresses"
+    )
     tree.add_argument("--public-url", help="where job workers reach this router (default: --host/--port)")
 
     worker = commands.add_parser(
@@ -377,6 +383,9 @@ def parser() -> argparse.ArgumentParser:
         "--queue", default="treemeter-jobs", help="the queue's name (the router's --jobs-queue)"
     )
     worker.add_argument("--concurrency", type=int, default=4, help="jobs in flight at once")
+    worker.add_argument(
+        "--allow-private-callbacks", action="store_true", help="job callbacks may reach private addresses"
+    )
     worker.add_argument(
         "--visibility-timeout",
         type=float,

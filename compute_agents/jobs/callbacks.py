@@ -6,7 +6,10 @@ from __future__ import annotations
 
 import base64
 import binascii
+import ipaddress
+import socket
 import time
+from urllib.parse import urlsplit
 
 from cryptography.exceptions import InvalidSignature
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey, Ed25519PublicKey
@@ -17,6 +20,38 @@ CALLBACK_DOMAIN = b"treemeter-job-callback-v1\n"
 SIGNATURE_HEADER = "x-treemeter-signature"
 KEY_ID_HEADER = "x-treemeter-key-id"
 TOLERANCE_S = 300
+
+
+class CallbackRefused(ValueError):
+    """A callback URL the router will not call: not http(s), or an address inside the network."""
+
+
+def check_callback_url(url: str, *, allow_private: bool, resolve: bool) -> None:
+    """Refuse a callback that is not http(s) or reaches a private, loopback or link-local address
+    (the router's and workers' own network), unless ``allow_private``. With ``resolve`` the host name
+    is looked up too (at delivery); without, only an address written in the URL is checked (at
+    acceptance, which makes no external call)."""
+    parts = urlsplit(url)
+    if parts.scheme not in ("http", "https") or not parts.hostname:
+        raise CallbackRefused("the callback URL must be an http(s) URL with a host")
+    if allow_private:
+        return
+    host = parts.hostname
+    try:
+        addresses = [ipaddress.ip_address(host)]
+    except ValueError:
+        if host == "localhost" or host.endswith(".localhost"):
+            raise CallbackRefused(f"the callback host {host} is this machine") from None
+        if not resolve:
+            return
+        try:
+            found = socket.getaddrinfo(host, parts.port or 443, proto=socket.IPPROTO_TCP)
+        except OSError as error:
+            raise CallbackRefused(f"the callback host {host} does not resolve: {error}") from None
+        addresses = [ipaddress.ip_address(info[4][0]) for info in found]
+    for address in addresses:
+        if not address.is_global:
+            raise CallbackRefused(f"the callback address {address} is not a public address")
 
 
 def sign_callback(key: Ed25519PrivateKey, body: bytes, now_s: int | None = None) -> dict[str, str]:

@@ -26,6 +26,7 @@ from celery import Celery, Task
 from cryptography.exceptions import InvalidSignature
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey, Ed25519PublicKey
 
+from .callbacks import CallbackRefused, check_callback_url
 from .store import JobStore
 
 log = structlog.get_logger("compute_agents.jobs")
@@ -36,7 +37,8 @@ CALLBACK_TASK = "treemeter.jobs.callback"
 TOKEN_DOMAIN = b"treemeter-job-v1\n"
 TOKEN_HEADER = "x-treemeter-job-token"  # noqa: S105 - a header name
 RUN_TIMEOUT_S = 600.0  # one dispatch: the executor's whole answer
-RETRY_STATUS = frozenset({409, 429, 502, 503, 504})  # the router is busy or has no executor now
+# The router is busy, has no executor now, or failed mid-dispatch (its job table keeps the attempts).
+RETRY_STATUS = frozenset({409, 429, 500, 502, 503, 504})
 CALLBACK_RETRIES = 12
 VISIBILITY_TIMEOUT_S = 900.0
 
@@ -59,9 +61,14 @@ def backoff_s(retries: int) -> float:
 
 
 def job_queue(
-    broker_url: str, queue: str = QUEUE, visibility_timeout_s: float = VISIBILITY_TIMEOUT_S
+    broker_url: str,
+    queue: str = QUEUE,
+    visibility_timeout_s: float = VISIBILITY_TIMEOUT_S,
+    *,
+    private_callbacks: bool = False,
 ) -> Celery:
-    """The Celery app of the job queue ``queue`` on ``broker_url``, with its two tasks."""
+    """The Celery app of the job queue ``queue`` on ``broker_url``, with its two tasks;
+    ``private_callbacks`` lets callbacks reach addresses inside the network (tests, closed setups)."""
     app = Celery("treemeter_jobs", broker=broker_url, set_as_current=False)
     app.conf.update(
         task_default_queue=queue,
@@ -76,6 +83,7 @@ def job_queue(
         # A job still running then is dispatched twice, which the router joins (see the module doc).
         broker_transport_options={"visibility_timeout": visibility_timeout_s},
         worker_hijack_root_logger=False,
+        treemeter_private_callbacks=private_callbacks,
     )
     app.task(name=RUN_TASK, bind=True, max_retries=None)(run_job)
     app.task(name=CALLBACK_TASK, bind=True, max_retries=CALLBACK_RETRIES)(deliver_callback)
@@ -110,7 +118,13 @@ def run_job(task: Task, job_id: str, router_url: str, token: str) -> str:
 
 
 def deliver_callback(task: Task, url: str, body: str, headers: dict[str, str]) -> int:
-    """POST the router's signed callback; retried with backoff until the receiver answers 2xx."""
+    """POST the router's signed callback; retried with backoff until the receiver answers 2xx. A URL
+    that resolves inside the network is not called (logged as ``callback_refused``)."""
+    try:
+        check_callback_url(url, allow_private=task.app.conf.treemeter_private_callbacks, resolve=True)
+    except CallbackRefused as refused:
+        log.error("callback_refused", url=url, reason=str(refused))
+        return 0
     try:
         response = httpx.post(url, content=body.encode(), headers=headers, timeout=30.0)
     except httpx.TransportError as error:

@@ -30,6 +30,7 @@ from ..jobs.batches import (
     refused_line,
     result_files,
 )
+from ..jobs.callbacks import CallbackRefused, check_callback_url
 from ..jobs.queue import TOKEN_HEADER, Publisher, token_valid
 from ..jobs.store import Batch, Job, JobStore, StoredFile
 from ..wire import ApiError
@@ -44,6 +45,7 @@ class JobsApi:
     runner: JobRunner
     store: JobStore
     publisher: Publisher
+    private_callbacks: bool = False  # callbacks may reach addresses inside the network
 
     @property
     def service(self) -> Any:
@@ -56,10 +58,11 @@ class JobsApi:
         self, routing: Routing, raw: bytes, authorization: str, callback_url: str | None
     ) -> Response:
         """A request the policy queues: its job, 202 (after the job is on disk)."""
-        if callback_url is not None and not callback_url.startswith(("http://", "https://")):
-            raise ApiError(
-                400, "invalid_request_error", "invalid_callback_url", "The callback URL must be http(s)."
-            )
+        if callback_url is not None:
+            try:
+                check_callback_url(callback_url, allow_private=self.private_callbacks, resolve=False)
+            except CallbackRefused as refused:
+                raise ApiError(400, "invalid_request_error", "invalid_callback_url", str(refused)) from None
         job = await run_in_threadpool(self.runner.accept, routing, raw, authorization, callback_url)
         self.publisher.wake()
         return JSONResponse(

@@ -40,6 +40,7 @@ class RouterSettings:
     jobs_broker: str | None = None  # the asynchronous path's broker (Celery URL); None: no queue
     jobs_queue: str = QUEUE
     public_url: str = "http://127.0.0.1:8000"  # where job workers reach this router
+    private_callbacks: bool = False  # job callbacks may reach addresses inside the network
 
 
 @dataclass
@@ -65,13 +66,19 @@ class TreeRouter:
     def jobs_api(self, client: httpx.AsyncClient) -> JobsApi | None:
         if self.jobs is None:
             return None
-        return JobsApi(JobRunner(self.service, self.jobs.store, client), self.jobs.store, self.jobs.publisher)
+        return JobsApi(
+            JobRunner(self.service, self.jobs.store, client),
+            self.jobs.store,
+            self.jobs.publisher,
+            self.jobs.private_callbacks,
+        )
 
 
 @dataclass(frozen=True)
 class JobQueue:
     store: JobStore
     publisher: Publisher
+    private_callbacks: bool
 
 
 class QueueNotConfigured(ValueError):
@@ -103,7 +110,7 @@ def build_router(settings: RouterSettings, seed: bytes) -> TreeRouter:
             settings.public_url,
             lambda job_id: job_token(key, job_id),
         )
-        jobs = JobQueue(store, publisher)
+        jobs = JobQueue(store, publisher, settings.private_callbacks)
     elif any(row.queued for row in service.rules.policy):
         raise QueueNotConfigured(
             "the rules queue a request class (a policy row 'queued'): give --jobs-broker"

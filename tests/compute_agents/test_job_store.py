@@ -9,7 +9,13 @@ from pathlib import Path
 import pytest
 
 from compute_agents.jobs.batches import BatchInputError, parse_batch_input
-from compute_agents.jobs.callbacks import SIGNATURE_HEADER, sign_callback, verify_callback
+from compute_agents.jobs.callbacks import (
+    SIGNATURE_HEADER,
+    CallbackRefused,
+    check_callback_url,
+    sign_callback,
+    verify_callback,
+)
 from compute_agents.jobs.queue import job_token, token_valid
 from compute_agents.jobs.store import JobStore
 from treemeter_records import new_record_id, private_key_from_seed
@@ -109,3 +115,26 @@ def test_callbacks_and_job_tokens_verify_only_as_signed() -> None:
 def test_a_bad_batch_input_names_its_line(content: bytes, message: str) -> None:
     with pytest.raises(BatchInputError, match=message):
         parse_batch_input(content, "/v1/completions")
+
+
+@pytest.mark.parametrize(
+    "url",
+    [
+        "ftp://example.com/x",
+        "http://127.0.0.1:9/x",
+        "http://10.0.0.5/x",
+        "http://[::1]/x",
+        "http://localhost/x",
+        "http://169.254.169.254/latest/meta-data",
+    ],
+)
+def test_a_callback_into_the_network_is_refused(url: str) -> None:
+    with pytest.raises(CallbackRefused):
+        check_callback_url(url, allow_private=False, resolve=False)
+
+
+def test_a_public_callback_or_an_allowed_private_one_passes() -> None:
+    check_callback_url("https://hooks.example.com/jobs", allow_private=False, resolve=False)
+    check_callback_url("http://127.0.0.1:9/x", allow_private=True, resolve=False)
+    with pytest.raises(CallbackRefused, match="http"):
+        check_callback_url("ftp://127.0.0.1/x", allow_private=True, resolve=False)

@@ -54,6 +54,7 @@ class JobsTree(Tree):
         self.start_router(
             30,
             *("--rules", str(rules), "--jobs-broker", self.broker, "--jobs-queue", self.queue),
+            "--allow-private-callbacks",  # the test's receiver is on loopback
         )
 
     def start_worker(self, name: str) -> None:
@@ -62,7 +63,7 @@ class JobsTree(Tree):
         self.processes[name] = self._spawn(
             directory,
             *("jobs-worker", "--broker", self.broker, "--queue", self.queue, "--concurrency", "2"),
-            *("--visibility-timeout", "3"),
+            *("--visibility-timeout", "3", "--allow-private-callbacks"),
         )
 
     def alive(self) -> list[Any]:
