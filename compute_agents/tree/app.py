@@ -87,7 +87,7 @@ def create_router_app(
             )
         except NoExecutor as none:
             routed.labels("no_executor").inc()
-            return refused(await run_in_threadpool(service.unserved, routing, none.tried))
+            return refused(await run_in_threadpool(service.unserved, routing, none.tried, none.unanswered))
         response = attempt.response
         headers = {name: response.headers[name] for name in RELAYED_HEADERS if name in response.headers}
         routed.labels("relayed").inc()

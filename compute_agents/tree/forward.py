@@ -41,9 +41,10 @@ class Attempt:
 class NoExecutor(Exception):
     """Every healthy executor of the subtree failed, or there was none."""
 
-    def __init__(self, tried: list[str]) -> None:
+    def __init__(self, tried: list[str], unanswered: list[str]) -> None:
         super().__init__(", ".join(tried) or "none")
         self.tried = tried
+        self.unanswered = unanswered  # attempts sent and never answered: the refusal supersedes them
 
 
 # (executor, earlier attempts that may have run) → (record id, headers to send)
@@ -87,7 +88,7 @@ async def send(
             registry.finished(executor, ok=False)
             continue
         return Attempt(executor, record_id, response, len(tried))
-    raise NoExecutor(tried)
+    raise NoExecutor(tried, unanswered)
 
 
 async def relay(attempt: Attempt, registry: Registry, on_cut: Callable[[], bytes]) -> AsyncIterator[bytes]:

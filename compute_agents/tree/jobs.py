@@ -134,12 +134,12 @@ class JobRunner:
             saved["subtree"],
             saved["l2_confirmation"],
         )
-        routing = Routing(job.route, entitlement, decision, saved["model"], job.received_ns, mark)
         queued_us = max(1, (dispatched_ns - job.received_ns) // 1000)
+        routing = Routing(job.route, entitlement, decision, saved["model"], job.received_ns, mark, queued_us)
         incoming = {"authorization": authorization or "", "content-type": "application/json"}
 
         def sign_for(executor: Any, supersedes: tuple[str, ...]) -> tuple[str, dict[str, str]]:
-            record_id, headers = self.service.headers_for(routing, executor, incoming, supersedes, queued_us)
+            record_id, headers = self.service.headers_for(routing, executor, incoming, supersedes)
             self.store.add_attempt(job.id, record_id)  # before it is sent: a crash keeps the id
             return record_id, headers
 
@@ -158,7 +158,7 @@ class JobRunner:
         except NoExecutor as none:
             if number < MAX_DISPATCHES:
                 return  # stays unfinished: the worker asks again later
-            unserved = await run_in_threadpool(self.service.unserved, routing, none.tried)
+            unserved = await run_in_threadpool(self.service.unserved, routing, none.tried, none.unanswered)
             await self._finish(
                 job, "failed", 503, unserved.headers["x-request-id"], orjson.dumps(unserved.body())
             )

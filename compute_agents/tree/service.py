@@ -19,7 +19,7 @@ from typing import Any
 
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey, Ed25519PublicKey
 
-from treemeter_records import make_record, new_record_id, protocol
+from treemeter_records import make_record, new_record_id, protocol, sign_record
 
 from ..admission import authenticate, check_rules, model_not_found
 from ..entitlements import Entitlement, EntitlementStore
@@ -81,6 +81,7 @@ class Routing:
     model: str
     start_ns: int
     mark: int
+    queued_us: int = 0  # a queued job: from the receipt to this dispatch (``mark``)
 
     def elapsed_us(self) -> int:
         return (time.perf_counter_ns() - self.mark) // 1000
@@ -145,7 +146,6 @@ class RouterService:
         executor: Executor,
         incoming: dict[str, str],
         supersedes: tuple[str, ...] = (),
-        queued_us: int = 0,
     ) -> tuple[str, dict[str, str]]:
         """A new record id for this attempt, and the headers that carry the signed decision (naming the
         earlier attempts it supersedes, see ``forward``, and a queued job's wait, see ``jobs``)."""
@@ -161,7 +161,7 @@ class RouterService:
             preheat=self.experts.preheat(decision.domain) if "L2" in decision.path else [],
             l1_in_us=routing.elapsed_us(),
             supersedes=supersedes,
-            queued_us=queued_us,
+            queued_us=routing.queued_us,
         )
         headers = {name: incoming[name] for name in FORWARDED_HEADERS if name in incoming}
         headers[DECISION_HEADER] = encode_decision(claims, self.key)
@@ -176,11 +176,21 @@ class RouterService:
         self.stats.by_executor[executor.beat.executor] += 1
         self.stats.failovers += attempts - 1
 
-    def unserved(self, routing: Routing, tried: list[str]) -> ApiError:
-        """No executor could serve: the unbilled ``error`` record, and the customer's 503."""
+    def unserved(self, routing: Routing, tried: list[str], unanswered: list[str]) -> ApiError:
+        """No executor could serve: the unbilled ``error`` record, and the customer's 503. When some
+        attempt was sent and never answered (it may have run), the record is signed as a v2 record
+        whose decision supersedes those attempts, so the customer who got a 503 is billed nothing."""
         self.stats.unserved += 1
         self.stats.failovers += max(0, len(tried) - 1)
-        record_id = self._record(routing.entitlement, routing.model, routing.start_ns, routing.mark, "error")
+        record_id = self._record(
+            routing.entitlement,
+            routing.model,
+            routing.start_ns,
+            routing.mark,
+            "error",
+            routing,
+            tuple(unanswered),
+        )
         detail = f"tried {', '.join(tried)}" if tried else "none is healthy"
         return ApiError(
             503,
@@ -190,14 +200,23 @@ class RouterService:
             headers={"x-request-id": record_id},
         )
 
-    def _record(self, entitlement: Entitlement, model: str, start_ns: int, mark: int, status: str) -> str:
+    def _record(
+        self,
+        entitlement: Entitlement,
+        model: str,
+        start_ns: int,
+        mark: int,
+        status: str,
+        routing: Routing | None = None,
+        supersedes: tuple[str, ...] = (),
+    ) -> str:
         """A router record: the L1 hop alone, no tokens, never billed; its id (the x-request-id)."""
         card = self.registry.model_card(model)
         end_ns, latency = time.time_ns(), (time.perf_counter_ns() - mark) // 1000
         record_id = new_record_id()
 
         def build(seq: int) -> dict[str, Any]:
-            return make_record(
+            record = make_record(
                 agent_id=self.agent_id,
                 seq=seq,
                 record_id=record_id,
@@ -220,12 +239,36 @@ class RouterService:
                 expert_cache_misses=0,
                 status=status,
             )
+            if routing is None or not supersedes:
+                return record
+            return self._superseding(record, routing, latency, supersedes)
 
         try:
             self.spool.append(build)
         except SpoolFull as full:
             raise ApiError(503, "server_error", "spool_full", str(full)) from None
         return record_id
+
+    def _superseding(
+        self, record: dict[str, Any], routing: Routing, latency_us: int, supersedes: tuple[str, ...]
+    ) -> dict[str, Any]:
+        """The router's own record as v2: a decision naming the router as its executor, over the L1 hop
+        alone, superseding ``supersedes``; both signatures are the router's."""
+        claims = decision_claims(
+            record_id=record["record_id"],
+            router=self.agent_id,
+            node=self.rules.node,
+            rules_sha256=self.rules.sha256,
+            decision=routing.decision,
+            executor=self.agent_id,
+            l1_in_us=latency_us,
+            preheat=[],
+            supersedes=supersedes,
+            queued_us=routing.queued_us,
+        )
+        claims["path"] = ["L1"]
+        claims["decided_ns"] = record["start_ns"] + (latency_us + routing.queued_us) * 1000
+        return sign_record(record, protocol.sign_decision(self.key, claims), self.key)
 
     def heartbeat(self, headers: dict[str, str], path: str, body: bytes, parsed: Any) -> Heartbeat:
         """A signed heartbeat from a known executor (its key pinned in the router's executor keys)."""

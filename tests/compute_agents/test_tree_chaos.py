@@ -80,10 +80,15 @@ class Outage:
         self._lock = threading.Lock()
         self._listener: socket.socket | None = None
         self.stalled = threading.Event()
+        self.muted = threading.Event()
         self.up()
 
     def stall(self) -> None:
         self.stalled.set()
+
+    def mute(self) -> None:
+        """Requests still reach the upstream; its answers are dropped (a one-way partition)."""
+        self.muted.set()
 
     def up(self) -> None:
         self.stalled.clear()
@@ -122,6 +127,8 @@ class Outage:
                     data = sock.recv(65536)
                     if not data:
                         return
+                    if sock is upstream and self.muted.is_set():
+                        continue  # the answer is lost on the way back
                     peers[sock].sendall(data)
         except (OSError, ValueError):  # cut by down(): closed sockets
             return
@@ -409,3 +416,37 @@ def test_an_executor_cut_off_by_a_stalled_network(tree: Tree, tiny_model: Path, 
     late = [status for at, status in tree.answered_at if at > stalled_at + 3 * 2 + 2]
     assert late and set(late) == {200}  # once the breaker is open, no request waits on exec-a
     print(f"executor cut off: {figures}, failovers {stats['failovers']}")
+
+
+def test_an_answer_lost_on_the_way_back_with_no_other_executor(
+    tree: Tree, tiny_model: Path, live_server: Any
+) -> None:
+    """exec-a alone, behind a proxy that forwards requests and drops answers: each request runs and
+    exec-a commits an ok record, the router times out and has nobody else, and the customer gets a 503.
+    The router's error record is signed as v2 and supersedes the attempt: nothing is billed."""
+    port = free_port()
+    proxy = Outage(f"http://127.0.0.1:{port}")
+    tree.register("router-1", live_server.url, kind="router")
+    tree.register("exec-a", live_server.url)
+    tree.start_router(2)
+    tree.start_executor("exec-a", tiny_model, port=port, advertised=proxy.url)
+    tree.healthy(1)
+    proxy.mute()
+    headers = {"authorization": f"Bearer {tree.api_key}"}
+    body = {"model": "tiny", "prompt": "contract clause", "max_tokens": 4}
+    answer = httpx.post(tree.router_url + "/v1/completions", json=body, headers=headers, timeout=30)
+    assert answer.status_code == 503 and answer.json()["error"]["code"] == "no_executor"
+    tree.stop_and_drain(live_server.url)
+
+    rows = query.select(
+        f"SELECT toString(record_id), agent_id, status, decision != '' FROM {query.RECORDS} ORDER BY agent_id"
+    )
+    now = datetime.now(UTC)
+    superseded = {
+        a.record_id for a in superseded_attempts([tree.contract.code], now - timedelta(days=1), now)
+    }
+    [(ran_id, _, ran_status, _)] = [row for row in rows if row[1] == "exec-a"]
+    [(refusal_id, _, refusal_status, refusal_is_v2)] = [row for row in rows if row[1] == "router-1"]
+    assert ran_status == "ok" and ran_id in superseded  # it ran, its answer was lost: not billed
+    assert (refusal_status, refusal_is_v2, refusal_id) == ("error", True, answer.headers["x-request-id"])
+    assert not RejectedRecord.objects.exists()  # ingest verified the router's own v2 record
