@@ -177,6 +177,14 @@ def add_job_routes(app: FastAPI, api: JobsApi) -> None:
                 )
             source = str(body.get("input_file_id"))
             found = _mine(owner, await run_in_threadpool(store.file, source), "file", source)
+            if found.purpose != "batch":
+                raise ApiError(
+                    400,
+                    "invalid_request_error",
+                    "invalid_batch_input",
+                    f"File '{source}' is a batch's {found.purpose}, not an input uploaded for a batch.",
+                    "input_file_id",
+                )
             try:
                 lines = parse_batch_input(found.content, str(endpoint))
             except BatchInputError as bad:

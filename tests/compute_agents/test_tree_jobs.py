@@ -292,6 +292,11 @@ def test_the_batch_api_through_the_openai_sdk(
     assert all(line["response"]["status_code"] == 200 for line in output)
     assert output[0]["response"]["body"]["choices"][0]["message"]["role"] == "assistant"
     assert [(line["custom_id"], line["error"]["code"]) for line in errors] == [("req-2", "model_not_found")]
+    with pytest.raises(openai.BadRequestError) as not_input:  # a result file is no batch's input
+        client.batches.create(
+            input_file_id=done.output_file_id, endpoint="/v1/chat/completions", completion_window="24h"
+        )
+    assert not_input.value.code == "invalid_batch_input"
 
     stranger = openai.OpenAI(api_key=tree.stranger_key, base_url=tree.router_url + "/v1")
     with pytest.raises(openai.NotFoundError):
