@@ -93,6 +93,8 @@ def run(data_dir: Path, requests: int, max_tokens: int) -> None:
             *("serve", "--platform-url", platform_url, "--agent-id", name, "--data-dir", str(directory)),
             *("--model-dir", str(checkpoint), "--port", str(port), "--threads", "1"),
             *("--cache-capacity", str(capacity)),
+            # shipping and quota as the tree's executors run (demo.tree), so the ratio is the router's
+            *("--batch-size", "50", "--batch-age", "0.5", "--quota-leases"),
         )
         process = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
         direct[label] = (f"http://127.0.0.1:{port}", process)
