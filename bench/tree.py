@@ -22,6 +22,7 @@ import sys
 import tempfile
 import threading
 import time
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -56,6 +57,7 @@ def main() -> None:
 def run(data_dir: Path, requests: int, max_tokens: int) -> None:
     from agents.services import register_agent
     from clickhouse_store.migrator import apply_migrations
+    from clickhouse_store.queries.records import layer_latencies
     from compute_agents.checkpoint import TinySizes, create_tiny_model
     from compute_agents.runtime import pin_platform_key
     from demo.server import start_api_server
@@ -116,6 +118,7 @@ def run(data_dir: Path, requests: int, max_tokens: int) -> None:
             ask(tree.url, number), ask(direct["direct"][0], number)
         totals = {"router": [0, 0.0], "direct": [0, 0.0]}
         pairs = []
+        window = datetime.now(UTC)
         for number in range(requests):
             order = ("router", "direct") if number % 2 else ("direct", "router")
             seconds = {}
@@ -128,6 +131,7 @@ def run(data_dir: Path, requests: int, max_tokens: int) -> None:
                 totals[side][1] += seconds[side]
             pairs.append(seconds["direct"] / seconds["router"])
         rate = {side: tokens / spent for side, (tokens, spent) in totals.items()}
+        window_end = datetime.now(UTC)
         # The router's fixed cost per request: one output token each way, same prompts, interleaved.
         extra_ms = []
         for number in range(requests):
@@ -144,6 +148,12 @@ def run(data_dir: Path, requests: int, max_tokens: int) -> None:
             process.wait(timeout=20)
         tree.stop()
         server.shutdown()
+    # Where the time goes: the ratio loop's records per tree layer, routed (the tree's executors) and
+    # direct; a routed record's first L1 hop holds the router's decision and the way to the executor.
+    layers = {
+        side: layer_latencies(window, window_end, agents)
+        for side, agents in (("router", list(EXECUTOR_IDS)), ("direct", ["bench-direct"]))
+    }
     bundle = orjson.loads((data_dir / "router" / "bundle.json").read_bytes())
     training = bundle["classifier"]["training"]
     decision = stats["decision_us"]
@@ -160,6 +170,14 @@ def run(data_dir: Path, requests: int, max_tokens: int) -> None:
             "router's added time per request, max_tokens 1 (median)",
             f"{statistics.median(extra_ms):.1f} ms",
             "",
+        ),
+        *(
+            (
+                f"  {layer} time p50, routed / direct",
+                f"{layers['router'][layer][0] / 1000:.1f} / {layers['direct'][layer][0] / 1000:.1f} ms",
+                "",
+            )
+            for layer in ("L1", "L2", "L3")
         ),
         (
             "router decision latency p50 / p99",

@@ -3,7 +3,7 @@ and exports), and the demo's count."""
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable, Iterator, Sequence
 from datetime import datetime
 from typing import Any
 
@@ -55,16 +55,18 @@ def stored_records(tenant: str, contract: str, start_ns: int, end_ns: int) -> It
     return (_record_from_row(row) for row in rows)
 
 
-def layer_latencies(start: datetime, end: datetime) -> dict[str, tuple[int, int]]:
-    """Per tree layer, the p50 and p99 (µs) of the served records' time on it, start_time in [start, end)."""
+def layer_latencies(start: datetime, end: datetime, agents: Sequence[str] = ()) -> dict[str, tuple[int, int]]:
+    """Per tree layer, the p50 and p99 (µs) of the served records' time on it, start_time in [start, end),
+    of these agents' records (all agents' when empty)."""
     columns = ", ".join(
         f"toUInt64(quantileExact(0.5)({name}_latency_us)), toUInt64(quantileExact(0.99)({name}_latency_us))"
         for name in ("l1", "l2", "l3")
     )
     [row] = query.select(
         f"SELECT {columns} FROM {query.RECORDS} WHERE status = 'ok' "  # noqa: S608 - constant names
-        "AND start_time >= {start:DateTime64(9, 'UTC')} AND start_time < {end:DateTime64(9, 'UTC')}",
-        {"start": start, "end": end},
+        "AND start_time >= {start:DateTime64(9, 'UTC')} AND start_time < {end:DateTime64(9, 'UTC')} "
+        "AND (empty({agents:Array(String)}) OR has({agents:Array(String)}, agent_id))",
+        {"start": start, "end": end, "agents": list(agents)},
     )
     return {layer: (int(row[2 * i]), int(row[2 * i + 1])) for i, layer in enumerate(("L1", "L2", "L3"))}
 
