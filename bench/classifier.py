@@ -21,7 +21,7 @@ import numpy as np
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from compute_agents.classifier import DomainClassifier
-from compute_agents.classifier.train import MAX_LENGTH, load_examples, train_bundle
+from compute_agents.classifier.train import LAYERS, MAX_LENGTH, load_examples, train_bundle
 
 
 def main() -> None:
@@ -31,13 +31,14 @@ def main() -> None:
     parser.add_argument(
         "--max-length", type=int, default=MAX_LENGTH, help="tokens the encoder reads (trained)"
     )
+    parser.add_argument("--layers", type=int, default=LAYERS, help="encoder layers kept (trained)")
     args = parser.parse_args()
     with tempfile.TemporaryDirectory() as scratch:
         bundle = args.bundle
         if bundle is None:
             bundle = Path(scratch) / "bundle.json"
             started = time.perf_counter()
-            train_bundle(None, bundle, max_length=args.max_length)
+            train_bundle(None, bundle, max_length=args.max_length, layers=args.layers)
             print(f"trained a bundle in {time.perf_counter() - started:.1f} s")
         spec = json.loads(bundle.read_bytes())["classifier"]
         classifier = DomainClassifier.from_spec(spec, bundle.parent)
@@ -64,7 +65,17 @@ def main() -> None:
     print(f"held-out accuracy {np.mean([h for _, h in hits]):.4f}", end="")
     for lang in sorted({lang for lang, _ in hits}):
         print(f", {lang} {np.mean([h for la, h in hits if la == lang]):.4f}", end="")
-    print(f"; at or above threshold {classifier.threshold}: {np.mean(confident):.1%}")
+    sure = [hit for (_, hit), high in zip(hits, confident, strict=True) if high]
+    print(
+        f"; at or above threshold {classifier.threshold}: {np.mean(confident):.1%}"
+        f" (right: {np.mean(sure) if sure else float('nan'):.4f})"
+    )
+    training = spec["training"]
+    if "temperature" in training:
+        print(
+            f"calibration: temperature {training['temperature']}, held-out expected calibration error "
+            f"{training['heldout_calibration_error']:.4f}"
+        )
 
 
 if __name__ == "__main__":

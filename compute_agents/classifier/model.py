@@ -1,9 +1,11 @@
 """Decision time: the ONNX encoder run by onnxruntime, hashed character n-grams beside it, the bundle's
 softmax head. No torch here.
 
-Determinism: the text is tokenised by the bundled ``tokenizer.json`` truncated and padded to exactly
-``max_length`` tokens, so every input has the same shape; the session runs on one thread, sequentially,
-and the head's arithmetic is numpy float64 on the encoder's float32 output. The n-grams are counted on
+Determinism: the text is tokenised by the bundled ``tokenizer.json`` and truncated to ``max_length``
+tokens, so the same text always gives the same tokens and the same input shape (an encoder exported with
+a fixed sequence length, as bundles before the dynamic export were, gets its input padded to it); the
+session runs on one thread, sequentially, and the head's arithmetic is numpy float64 on the encoder's
+float32 output. The n-grams are counted on
 the normalised text's first ``max_chars`` characters and hashed with CRC-32. The same text gives the
 same domain and the same confidence, bit for bit.
 """
@@ -56,7 +58,9 @@ def _pinned(base: Path, name: Any, sha256: Any, what: str) -> Path:
 
 
 class Encoder:
-    """all-MiniLM-L6-v2 as ONNX: fixed-length tokens in, a mean-pooled, L2-normalised float32 vector out."""
+    """all-MiniLM-L6-v2 as ONNX: at most ``max_length`` tokens in, a mean-pooled, L2-normalised float32
+    vector out. The input is the text's own tokens, unpadded, when the graph's sequence axis is dynamic:
+    padding would cost time in proportion (a 20-token prompt padded to 32 took 1.5× as long)."""
 
     def __init__(self, onnx_path: Path, tokenizer_path: Path, max_length: int) -> None:
         if max_length < 8 or max_length > 512:
@@ -64,7 +68,6 @@ class Encoder:
         self.max_length = max_length
         self.tokenizer = Tokenizer.from_file(str(tokenizer_path))
         self.tokenizer.enable_truncation(max_length=max_length)
-        self.tokenizer.enable_padding(length=max_length, pad_id=0, pad_type_id=0, pad_token="[PAD]")  # noqa: S106
         options = ort.SessionOptions()
         options.intra_op_num_threads = 1
         options.inter_op_num_threads = 1
@@ -74,6 +77,15 @@ class Encoder:
             self.session = ort.InferenceSession(str(onnx_path), options, providers=["CPUExecutionProvider"])
         except Exception as error:  # onnxruntime raises its own exception types
             raise ClassifierError(f"classifier: cannot load encoder {onnx_path}: {error}") from None
+        fixed = self.session.get_inputs()[0].shape[1]
+        if isinstance(fixed, int):  # exported with a fixed sequence length: pad every input to it
+            if fixed != max_length:
+                raise ClassifierError(
+                    f"classifier: the encoder reads {fixed} tokens, the bundle says {max_length}"
+                )
+            self.tokenizer.enable_padding(length=fixed, pad_id=0, pad_type_id=0, pad_token="[PAD]")  # noqa: S106
+        else:  # the tokenizer file's own setting pads to 128
+            self.tokenizer.no_padding()
 
     @staticmethod
     def normalise(text: str) -> str:
