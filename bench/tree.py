@@ -48,13 +48,19 @@ def main() -> None:
     )
     parser.add_argument("--requests", type=int, default=30, help="request pairs for the ratio")
     parser.add_argument("--max-tokens", type=int, default=32)
+    parser.add_argument(
+        "--overhead-requests",
+        type=int,
+        default=200,
+        help="request pairs of one output token: the router's added time, and decisions for its p99",
+    )
     args = parser.parse_args()
     use_fresh_database("treemeter_bench_tree")
     with tempfile.TemporaryDirectory() as scratch:
-        run(Path(scratch), args.requests, args.max_tokens)
+        run(Path(scratch), args.requests, args.max_tokens, args.overhead_requests)
 
 
-def run(data_dir: Path, requests: int, max_tokens: int) -> None:
+def run(data_dir: Path, requests: int, max_tokens: int, overhead_requests: int) -> None:
     from agents.services import register_agent
     from clickhouse_store.migrator import apply_migrations
     from clickhouse_store.queries.records import layer_latencies
@@ -134,7 +140,7 @@ def run(data_dir: Path, requests: int, max_tokens: int) -> None:
         window_end = datetime.now(UTC)
         # The router's fixed cost per request: one output token each way, same prompts, interleaved.
         extra_ms = []
-        for number in range(requests):
+        for number in range(overhead_requests):
             direct_s = ask(direct["direct"][0], number, 1)[2]
             extra_ms.append((ask(tree.url, number, 1)[2] - direct_s) * 1000)
         stats = tree.get("/tree/stats")
@@ -158,7 +164,8 @@ def run(data_dir: Path, requests: int, max_tokens: int) -> None:
     training = bundle["classifier"]["training"]
     decision = stats["decision_us"]
     print(
-        f"model: the demo's tiny Qwen3-MoE; {requests} request pairs, max_tokens {max_tokens}, temperature 0"
+        f"model: the demo's tiny Qwen3-MoE; {requests} request pairs, max_tokens {max_tokens}, temperature 0;"
+        f" {overhead_requests} pairs of max_tokens 1; {decision['count']} decisions"
     )
     print(f"{'measure':<58} {'figure':>22}  target")
     rows = [

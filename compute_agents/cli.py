@@ -191,6 +191,7 @@ def router(args: argparse.Namespace) -> int:
     from .entitlements import SnapshotError
     from .logs import configure_logging
     from .tree.app import create_router_app
+    from .tree.forward import ExecutorClient
     from .tree.runtime import QueueNotConfigured, RouterSettings, build_router
 
     configure_logging()
@@ -215,7 +216,7 @@ def router(args: argparse.Namespace) -> int:
     except SnapshotError as error:
         print(f"no entitlements: {error}", file=sys.stderr)
         return 1
-    client = httpx.AsyncClient(timeout=httpx.Timeout(args.executor_timeout, connect=2.0))
+    client = ExecutorClient(args.executor_timeout)
     try:
         app = create_router_app(router.service, client, router.jobs_api(client))
         uvicorn.run(app, host=args.host, port=args.port, log_level="warning")

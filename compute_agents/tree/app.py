@@ -3,9 +3,10 @@ executors' signed heartbeats, and what the tree looks like now. Errors keep Open
 
 from __future__ import annotations
 
+import contextlib
+from collections.abc import AsyncIterator
 from typing import Any
 
-import httpx
 import orjson
 from fastapi import FastAPI, Request
 from fastapi.concurrency import run_in_threadpool
@@ -18,7 +19,7 @@ from treemeter_records import new_record_id
 from ..admission import model_not_found
 from ..app import http_error
 from ..wire import ApiError, error_body, sse
-from .forward import NoExecutor, relay, send
+from .forward import ExecutorClient, NoExecutor, relay, send
 from .heartbeat import HEARTBEAT_PATH
 from .jobs_api import CALLBACK_HEADER, JobsApi, add_job_routes
 from .preparation import EXPERTS_HEADER
@@ -28,12 +29,19 @@ from .service import RouterService
 RELAYED_HEADERS = ("content-type", "x-request-id", "retry-after", "x-should-retry")
 
 
-def create_router_app(
-    service: RouterService, client: httpx.AsyncClient, jobs: JobsApi | None = None
-) -> FastAPI:
+def create_router_app(service: RouterService, client: ExecutorClient, jobs: JobsApi | None = None) -> FastAPI:
     """The router's app; with ``jobs``, the asynchronous path too (policy rows marked ``queued``, the
-    Batch API). Without it the rules must not queue (``tree.runtime`` checks at start)."""
-    app = FastAPI(title="Treemeter L1 router", docs_url=None, redoc_url=None)
+    Batch API). Without it the rules must not queue (``tree.runtime`` checks at start). The app closes
+    ``client`` when it shuts down."""
+
+    @contextlib.asynccontextmanager
+    async def lifespan(_: FastAPI) -> AsyncIterator[None]:
+        try:
+            yield
+        finally:
+            await client.close()
+
+    app = FastAPI(title="Treemeter L1 router", docs_url=None, redoc_url=None, lifespan=lifespan)
     metrics = CollectorRegistry()
     routed = Counter("treemeter_router_requests", "Requests by outcome", ["outcome"], registry=metrics)
 
@@ -91,19 +99,18 @@ def create_router_app(
         response = attempt.response
         headers = {name: response.headers[name] for name in RELAYED_HEADERS if name in response.headers}
         routed.labels("relayed").inc()
-        if stream and response.status_code == 200:
+        if stream and response.status == 200:
             service.served(attempt.executor, attempt.number)
             cut = sse(error_body("The executor stopped mid-stream.", "server_error", "executor_lost"))
             return StreamingResponse(
                 relay(attempt, service.registry, lambda: cut), status_code=200, headers=headers
             )
-        content = await response.aread()
-        await response.aclose()
+        content = await attempt.read()
         service.registry.finished(attempt.executor, ok=True)
         service.served(attempt.executor, attempt.number)
-        if response.status_code == 200:
+        if response.status == 200:
             service.learn(routing, response.headers.get(EXPERTS_HEADER))
-        return Response(content, status_code=response.status_code, headers=headers)
+        return Response(content, status_code=response.status, headers=headers)
 
     @app.post("/v1/completions")
     async def completions(request: Request) -> Response:

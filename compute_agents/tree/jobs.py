@@ -17,7 +17,6 @@ import time
 from dataclasses import dataclass
 from typing import Any
 
-import httpx
 import orjson
 from fastapi.concurrency import run_in_threadpool
 
@@ -29,7 +28,7 @@ from ..jobs.callbacks import sign_callback
 from ..jobs.store import Job, JobStore
 from ..router import Decision
 from ..wire import ApiError
-from .forward import NoExecutor, send
+from .forward import ExecutorClient, NoExecutor, send
 from .preparation import EXPERTS_HEADER
 from .service import RouterService, Routing
 
@@ -50,7 +49,7 @@ class Dispatched:
 
 
 class JobRunner:
-    def __init__(self, service: RouterService, store: JobStore, client: httpx.AsyncClient) -> None:
+    def __init__(self, service: RouterService, store: JobStore, client: ExecutorClient) -> None:
         self.service = service
         self.store = store
         self.client = client
@@ -164,14 +163,13 @@ class JobRunner:
             )
             return
         response = attempt.response
-        content = await response.aread()
-        await response.aclose()
+        content = await attempt.read()
         self.service.registry.finished(attempt.executor, ok=True)
         self.service.served(attempt.executor, attempt.number)
-        if response.status_code == 200:
+        if response.status == 200:
             self.service.learn(routing, response.headers.get(EXPERTS_HEADER))
-        state = "succeeded" if response.status_code == 200 else "failed"
-        await self._finish(job, state, response.status_code, attempt.record_id, content)
+        state = "succeeded" if response.status == 200 else "failed"
+        await self._finish(job, state, response.status, attempt.record_id, content)
 
     async def _finish(self, job: Job, state: str, status: int, request_id: str, body: bytes) -> None:
         await run_in_threadpool(self.store.finish, job.id, state, status, request_id, body)

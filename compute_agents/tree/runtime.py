@@ -8,8 +8,6 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from pathlib import Path
 
-import httpx
-
 from treemeter_records import private_key_from_seed, public_key_from_b64
 
 from ..entitlements import EntitlementStore
@@ -19,6 +17,7 @@ from ..router import Rules
 from ..runtime import open_entitlements, open_shipper
 from ..shipper import Shipper
 from ..spool import Spool
+from .forward import ExecutorClient
 from .jobs import JobRunner
 from .jobs_api import JobsApi
 from .registry import Registry
@@ -63,7 +62,7 @@ class TreeRouter:
         self.entitlements.stop()
         self.shipper.stop()
 
-    def jobs_api(self, client: httpx.AsyncClient) -> JobsApi | None:
+    def jobs_api(self, client: ExecutorClient) -> JobsApi | None:
         if self.jobs is None:
             return None
         return JobsApi(

@@ -25,6 +25,7 @@ from agents.services import register_agent
 from compute_agents.app import create_app
 from compute_agents.runtime import pin_platform_key
 from compute_agents.tree.app import create_router_app
+from compute_agents.tree.forward import ExecutorClient
 from compute_agents.tree.heartbeat import HEARTBEAT_PATH
 from compute_agents.tree.runtime import RouterSettings, TreeRouter, build_router
 from contracts.models import Contract
@@ -98,7 +99,7 @@ def serving_tree(live_server: Any, tiny_model: Path, tmp_path: Path, contract: C
     router.service.registry.rng = random.Random(7)  # the power-of-two draws, reproducible
     router.entitlements.refresh()
     with ExitStack() as stack:
-        client = httpx.AsyncClient(timeout=httpx.Timeout(60, connect=2))
+        client = ExecutorClient(60)
         url = stack.enter_context(serving_app(create_router_app(router.service, client)))
         tree = Tree(router, url, {}, {})
         for name, seed in seeds.items():

@@ -29,6 +29,7 @@ from compute_agents.service import AgentIdentity, AgentService, Trip
 from compute_agents.spool import Spool
 from compute_agents.tree.app import create_router_app
 from compute_agents.tree.decision import DecisionReader
+from compute_agents.tree.forward import ExecutorClient
 from compute_agents.tree.heartbeat import ExecutorCard, HeartbeatSender
 from compute_agents.tree.registry import Registry
 from compute_agents.tree.service import RouterService
@@ -156,7 +157,7 @@ def test_the_vllm_engine_behind_the_l1_router(engine: VllmEngine, tmp_path: Path
         {"gpu-v": executor_key.public_key()},
     )
     with (
-        serving_app(create_router_app(router, httpx.AsyncClient(timeout=60))) as router_url,
+        serving_app(create_router_app(router, ExecutorClient(60))) as router_url,
         serving(executor) as executor_url,
     ):
         card = ExecutorCard(
