@@ -76,6 +76,22 @@ class Decision:
     l2_confirmation: bool
     queued: bool = False
 
+    def as_json(self) -> dict[str, Any]:
+        """What a decision kept on disk holds (a job waiting, a request in flight)."""
+        return {
+            "domain": self.domain,
+            "confidence": self.confidence,
+            "path": list(self.path),
+            "subtree": self.subtree,
+            "l2_confirmation": self.l2_confirmation,
+        }
+
+    @classmethod
+    def from_json(cls, kept: dict[str, Any]) -> Decision:
+        return cls(
+            kept["domain"], kept["confidence"], tuple(kept["path"]), kept["subtree"], kept["l2_confirmation"]
+        )
+
 
 NO_MATCH = PolicyRow(ANY, ANY, L2_CONFIRMATION)
 

@@ -12,6 +12,7 @@ from fastapi import FastAPI, Request
 from fastapi.concurrency import run_in_threadpool
 from fastapi.responses import JSONResponse, Response, StreamingResponse
 from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, Counter, generate_latest
+from starlette.background import BackgroundTask
 from starlette.exceptions import HTTPException
 
 from treemeter_records import new_record_id
@@ -82,6 +83,8 @@ def create_router_app(service: RouterService, client: ExecutorClient, jobs: Jobs
                 )
             except ApiError as error:
                 return refused(error)
+        # From the first attempt until the answer is handed to the customer's connection the request is
+        # in the in-flight ledger: a router that dies meanwhile supersedes its attempts when it restarts.
         try:
             attempt = await send(
                 client,
@@ -90,27 +93,41 @@ def create_router_app(service: RouterService, client: ExecutorClient, jobs: Jobs
                 routing.model,
                 route,
                 raw,
-                lambda executor, supersedes: service.headers_for(routing, executor, incoming, supersedes),
+                lambda executor, supersedes: service.attempting(routing, executor, incoming, supersedes),
                 stream=stream,
             )
         except NoExecutor as none:
             routed.labels("no_executor").inc()
-            return refused(await run_in_threadpool(service.unserved, routing, none.tried, none.unanswered))
+            unserved = await run_in_threadpool(service.unserved, routing, none.tried, none.unanswered)
+            service.settled(routing)  # its record supersedes what was sent and not answered
+            return refused(unserved)
         response = attempt.response
         headers = {name: response.headers[name] for name in RELAYED_HEADERS if name in response.headers}
         routed.labels("relayed").inc()
         if stream and response.status == 200:
             service.served(attempt.executor, attempt.number)
             cut = sse(error_body("The executor stopped mid-stream.", "server_error", "executor_lost"))
-            return StreamingResponse(
-                relay(attempt, service.registry, lambda: cut), status_code=200, headers=headers
-            )
+
+            async def relayed() -> AsyncIterator[bytes]:
+                try:
+                    async for chunk in relay(attempt, service.registry, lambda: cut):
+                        yield chunk
+                finally:
+                    service.settled(routing)
+
+            return StreamingResponse(relayed(), status_code=200, headers=headers)
         content = await attempt.read()
         service.registry.finished(attempt.executor, ok=True)
         service.served(attempt.executor, attempt.number)
         if response.status == 200:
             service.learn(routing, response.headers.get(EXPERTS_HEADER))
-        return Response(content, status_code=response.status, headers=headers)
+        # Settled once the bytes are handed to the connection (Starlette runs the task after the body).
+        return Response(
+            content,
+            status_code=response.status,
+            headers=headers,
+            background=BackgroundTask(service.settled, routing),
+        )
 
     @app.post("/v1/completions")
     async def completions(request: Request) -> Response:

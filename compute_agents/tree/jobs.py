@@ -67,7 +67,6 @@ class JobRunner:
         """Keep an admitted request as a job (on disk before the caller answers 202). Not a stream: the
         caller refuses ``stream: true`` (``stream_not_queued``)."""
         job_id = new_record_id()
-        decision = routing.decision
         self.store.add(
             job_id,
             tenant=routing.entitlement.tenant,
@@ -75,14 +74,7 @@ class JobRunner:
             route=routing.route,
             body=body,
             authorization=authorization,
-            decision={
-                "domain": decision.domain,
-                "confidence": decision.confidence,
-                "path": list(decision.path),
-                "subtree": decision.subtree,
-                "l2_confirmation": decision.l2_confirmation,
-                "model": routing.model,
-            },
+            decision={**routing.decision.as_json(), "model": routing.model},
             received_ns=routing.start_ns,
             callback_url=callback_url,
             batch_id=batch_id,
@@ -126,13 +118,7 @@ class JobRunner:
             await self._finish(job, "failed", error.status, new_record_id(), orjson.dumps(error.body()))
             return
         saved = job.decision
-        decision = Decision(
-            saved["domain"],
-            saved["confidence"],
-            tuple(saved["path"]),
-            saved["subtree"],
-            saved["l2_confirmation"],
-        )
+        decision = Decision.from_json(saved)
         queued_us = max(1, (dispatched_ns - job.received_ns) // 1000)
         routing = Routing(job.route, entitlement, decision, saved["model"], job.received_ns, mark, queued_us)
         incoming = {"authorization": authorization or "", "content-type": "application/json"}

@@ -8,6 +8,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from pathlib import Path
 
+import structlog
+
 from treemeter_records import private_key_from_seed, public_key_from_b64
 
 from ..entitlements import EntitlementStore
@@ -18,10 +20,13 @@ from ..runtime import open_entitlements, open_shipper
 from ..shipper import Shipper
 from ..spool import Spool
 from .forward import ExecutorClient
+from .inflight import InFlightLedger
 from .jobs import JobRunner
 from .jobs_api import JobsApi
 from .registry import Registry
 from .service import RouterService
+
+log = structlog.get_logger("compute_agents.tree")
 
 
 @dataclass(frozen=True)
@@ -50,6 +55,9 @@ class TreeRouter:
     jobs: JobQueue | None = None
 
     def start(self) -> None:
+        lost = self.service.recover_lost()
+        if lost:
+            log.warning("requests_lost_by_an_earlier_process", superseded=lost)
         self.entitlements.start()
         self.shipper.start()
         if self.jobs is not None:
@@ -61,6 +69,7 @@ class TreeRouter:
             self.jobs.store.close()
         self.entitlements.stop()
         self.shipper.stop()
+        self.service.inflight.close()
 
     def jobs_api(self, client: ExecutorClient) -> JobsApi | None:
         if self.jobs is None:
@@ -96,6 +105,7 @@ def build_router(settings: RouterSettings, seed: bytes) -> TreeRouter:
         spool,
         Registry(stale_after_s=settings.stale_after_s, cooldown_s=settings.cooldown_s),
         {name: public_key_from_b64(b64) for name, b64 in settings.executor_keys.items()},
+        InFlightLedger(settings.data_dir / "inflight.sqlite3"),
     )
     shipper = open_shipper(
         spool, settings.platform_url, settings.agent_id, key, settings.batch_size, settings.batch_age_s

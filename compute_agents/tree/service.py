@@ -6,20 +6,24 @@ Which requests leave a router record (committed to the router's own spool, with 
 shipped like an agent's): those it refuses after authentication (a bad body, a rules violation, a model
 no executor serves) as unbilled ``rejected`` records, as an executor would, and those no executor could
 serve as unbilled ``error`` records. Every request an executor answers is recorded by that executor,
-under the record id, start, path and L1 node of the router's decision.
+under the record id, start, path and L1 node of the router's decision. A request the router took and
+never finished because it died (``tree/inflight.py``) gets, when it starts again, an unbilled ``error``
+record that supersedes its attempts.
 """
 
 from __future__ import annotations
 
 import threading
 import time
+import uuid
 from collections import Counter, deque
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Protocol
 
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey, Ed25519PublicKey
 
 from treemeter_records import make_record, new_record_id, protocol, sign_record
+from treemeter_records.validation import SUPERSEDES_MAX
 
 from ..admission import authenticate, check_rules, model_not_found
 from ..entitlements import Entitlement, EntitlementStore
@@ -28,6 +32,7 @@ from ..router import Decision, Rules, classifiable_text
 from ..spool import Spool, SpoolFull
 from ..wire import ApiError
 from .decision import DECISION_HEADER, decision_claims, encode_decision
+from .inflight import InFlightLedger
 from .preparation import DomainExperts, parse_experts_header
 from .registry import Executor, Heartbeat, HeartbeatError, Registry
 
@@ -71,6 +76,19 @@ class TreeStats:
         }
 
 
+class Party(Protocol):
+    """Whose a router record is: an entitlement, or a request the router lost (``LostRequest``)."""
+
+    @property
+    def tenant(self) -> str: ...
+    @property
+    def contract(self) -> str: ...
+    @property
+    def package(self) -> str: ...
+    @property
+    def sla_class(self) -> str: ...
+
+
 @dataclass
 class Routing:
     """One request on its way: who asked, what L1 decided, when it arrived."""
@@ -82,9 +100,10 @@ class Routing:
     start_ns: int
     mark: int
     queued_us: int = 0  # a queued job: from the receipt to this dispatch (``mark``)
+    ticket: str = field(default_factory=lambda: uuid.uuid4().hex)  # its rows in the in-flight ledger
 
     def elapsed_us(self) -> int:
-        return (time.perf_counter_ns() - self.mark) // 1000
+        return _since(self.mark)
 
 
 class RouterService:
@@ -97,6 +116,7 @@ class RouterService:
         spool: Spool,
         registry: Registry,
         executor_keys: dict[str, Ed25519PublicKey],
+        inflight: InFlightLedger,
     ) -> None:
         self.agent_id = agent_id
         self.key = key
@@ -105,6 +125,7 @@ class RouterService:
         self.spool = spool
         self.registry = registry
         self.executor_keys = executor_keys
+        self.inflight = inflight
         self.stats = TreeStats()
         self.experts = DomainExperts()
 
@@ -136,7 +157,7 @@ class RouterService:
         model = body.get("model") if isinstance(body, dict) else None
         model_name = model if isinstance(model, str) else ""
         status = "error" if error.status >= 500 else "rejected"
-        record_id = self._record(entitlement, model_name, start_ns, mark, status)
+        record_id = self._record(entitlement, model_name, start_ns, _since(mark), status)
         error.headers["x-request-id"] = record_id
         return error
 
@@ -167,6 +188,46 @@ class RouterService:
         headers[DECISION_HEADER] = encode_decision(claims, self.key)
         return record_id, headers
 
+    def attempting(
+        self, routing: Routing, executor: Executor, incoming: dict[str, str], supersedes: tuple[str, ...]
+    ) -> tuple[str, dict[str, str]]:
+        """``headers_for`` an interactive request's attempt, written to the in-flight ledger before it
+        is sent (``settled`` takes the request out once its answer is handed over)."""
+        record_id, headers = self.headers_for(routing, executor, incoming, supersedes)
+        lost = {
+            "tenant": routing.entitlement.tenant,
+            "contract": routing.entitlement.contract,
+            "package": routing.entitlement.package,
+            "sla_class": routing.entitlement.sla_class,
+            "model": routing.model,
+            "start_ns": routing.start_ns,
+            "l1_us": routing.elapsed_us(),
+            "decision": routing.decision.as_json(),
+        }
+        self.inflight.opened(routing.ticket, record_id, lost)
+        return record_id, headers
+
+    def settled(self, routing: Routing) -> None:
+        self.inflight.settled(routing.ticket)
+
+    def recover_lost(self) -> int:
+        """At start: each request an earlier process of this router left in flight gets an unbilled
+        ``error`` record superseding its attempts (L1 alone, the decision's time); how many."""
+        lost = self.inflight.lost()
+        for request in lost:
+            self._record(
+                request,
+                request.model,
+                request.start_ns,
+                request.l1_us,
+                "error",
+                Decision.from_json(request.decision),
+                0,
+                request.attempts[-SUPERSEDES_MAX:],
+            )
+            self.inflight.settled(request.request)
+        return len(lost)
+
     def learn(self, routing: Routing, header: str | None) -> None:
         """What the executor reported its request used: the next preheats of the domain."""
         if header:
@@ -186,9 +247,10 @@ class RouterService:
             routing.entitlement,
             routing.model,
             routing.start_ns,
-            routing.mark,
+            routing.elapsed_us(),
             "error",
-            routing,
+            routing.decision,
+            routing.queued_us,
             tuple(unanswered),
         )
         detail = f"tried {', '.join(tried)}" if tried else "none is healthy"
@@ -202,17 +264,19 @@ class RouterService:
 
     def _record(
         self,
-        entitlement: Entitlement,
+        party: Party,
         model: str,
         start_ns: int,
-        mark: int,
+        latency: int,
         status: str,
-        routing: Routing | None = None,
+        decision: Decision | None = None,
+        queued_us: int = 0,
         supersedes: tuple[str, ...] = (),
     ) -> str:
-        """A router record: the L1 hop alone, no tokens, never billed; its id (the x-request-id)."""
+        """A router record: the L1 hop alone (``latency`` µs), no tokens, never billed; its id (the
+        x-request-id). With ``supersedes``, a v2 record whose ``decision`` supersedes those attempts."""
         card = self.registry.model_card(model)
-        end_ns, latency = time.time_ns(), (time.perf_counter_ns() - mark) // 1000
+        end_ns = start_ns + (latency + queued_us) * 1000
         record_id = new_record_id()
 
         def build(seq: int) -> dict[str, Any]:
@@ -220,15 +284,15 @@ class RouterService:
                 agent_id=self.agent_id,
                 seq=seq,
                 record_id=record_id,
-                tenant=entitlement.tenant,
-                contract=entitlement.contract,
-                package=entitlement.package,
-                sla_class=entitlement.sla_class,
+                tenant=party.tenant,
+                contract=party.contract,
+                package=party.package,
+                sla_class=party.sla_class,
                 client_request_id=f"req-{record_id}",
                 model_id=card.model_id if card else "unknown",  # no model ran
                 weights_sha3=card.weights_sha3 if card else NO_WEIGHTS,
                 start_ns=start_ns,
-                end_ns=max(end_ns, start_ns),
+                end_ns=end_ns,
                 clock_drift_us=self.entitlements.clock_drift_us,
                 tokens_in=0,
                 tokens_out=0,
@@ -239,9 +303,9 @@ class RouterService:
                 expert_cache_misses=0,
                 status=status,
             )
-            if routing is None or not supersedes:
+            if decision is None or not supersedes:
                 return record
-            return self._superseding(record, routing, latency, supersedes)
+            return self._superseding(record, decision, queued_us, latency, supersedes)
 
         try:
             self.spool.append(build)
@@ -250,7 +314,12 @@ class RouterService:
         return record_id
 
     def _superseding(
-        self, record: dict[str, Any], routing: Routing, latency_us: int, supersedes: tuple[str, ...]
+        self,
+        record: dict[str, Any],
+        decision: Decision,
+        queued_us: int,
+        latency_us: int,
+        supersedes: tuple[str, ...],
     ) -> dict[str, Any]:
         """The router's own record as v2: a decision naming the router as its executor, over the L1 hop
         alone, superseding ``supersedes``; both signatures are the router's."""
@@ -259,15 +328,15 @@ class RouterService:
             router=self.agent_id,
             node=self.rules.node,
             rules_sha256=self.rules.sha256,
-            decision=routing.decision,
+            decision=decision,
             executor=self.agent_id,
             l1_in_us=latency_us,
             preheat=[],
             supersedes=supersedes,
-            queued_us=routing.queued_us,
+            queued_us=queued_us,
         )
         claims["path"] = ["L1"]
-        claims["decided_ns"] = record["start_ns"] + (latency_us + routing.queued_us) * 1000
+        claims["decided_ns"] = record["start_ns"] + (latency_us + queued_us) * 1000
         return sign_record(record, protocol.sign_decision(self.key, claims), self.key)
 
     def heartbeat(self, headers: dict[str, str], path: str, body: bytes, parsed: Any) -> Heartbeat:
@@ -291,3 +360,7 @@ class RouterService:
 
     def served_names(self) -> list[str]:
         return self.registry.served_names()
+
+
+def _since(mark: int) -> int:
+    return (time.perf_counter_ns() - mark) // 1000

@@ -12,6 +12,7 @@ import time
 from collections.abc import Iterator
 from contextlib import ExitStack, contextmanager
 from dataclasses import dataclass, field
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
@@ -22,6 +23,7 @@ import pytest
 from openai.types.chat import ChatCompletionMessageParam
 
 from agents.services import register_agent
+from clickhouse_store.queries.billing import superseded_attempts
 from compute_agents.app import create_app
 from compute_agents.runtime import pin_platform_key
 from compute_agents.tree.app import create_router_app
@@ -30,6 +32,7 @@ from compute_agents.tree.heartbeat import HEARTBEAT_PATH
 from compute_agents.tree.runtime import RouterSettings, TreeRouter, build_router
 from contracts.models import Contract
 from entitlements.services import issue_api_key
+from ingest.models import RejectedRecord
 from tests.compute_agents.agent_harness import Harness, start_agent
 from tests.compute_agents.openai_server import record, records, serving_app
 from tests.factories import ContractFactory
@@ -284,3 +287,53 @@ def test_executors_serve_only_what_their_router_decided_and_the_router_refuses_w
     assert unknown_card.value.code == "model_not_found" and card.id == "tiny"
     assert len(records(tree.router.service)) == 2  # an unknown key leaves no record
     assert forged_beat.status_code == 403 and forged_beat.json()["error"]["code"] == "unknown_executor"
+
+
+def test_a_request_the_router_lost_is_superseded_when_it_starts_again(
+    live_server: Any, tiny_model: Path, tmp_path: Path
+) -> None:
+    """Answered requests leave the in-flight ledger (whole, streamed, and a 503). A request the router
+    sent and never answered (it died with the answer in flight: here its attempt is sent by hand and the
+    router never hears back) is in the ledger; the router's start supersedes it with an unbilled v2
+    ``error`` record, which ingest accepts, and the executor's ``ok`` record is billed to nobody."""
+    contract = ContractFactory.create()
+    with serving_tree(live_server, tiny_model, tmp_path, contract) as tree:
+        client = customer(tree, contract)
+        service = tree.router.service
+        client.completions.create(model="tiny", prompt="the clause", max_tokens=2)
+        with client.completions.with_streaming_response.create(
+            model="tiny", prompt="the clause", max_tokens=2, stream=True
+        ) as streamed:
+            assert [line for line in streamed.iter_lines() if line][-1] == "data: [DONE]"
+        assert service.inflight.lost() == []  # handed over: settled
+
+        body = {"model": "tiny", "prompt": "the indemnity clause", "max_tokens": 2}
+        routing = service.admit("/v1/completions", f"Bearer {client.api_key}", body)
+        executor = service.registry.choose(routing.decision.subtree, "tiny", exclude=[])
+        assert executor is not None
+        incoming = {"authorization": f"Bearer {client.api_key}", "content-type": "application/json"}
+        record_id, headers = service.attempting(routing, executor, incoming, ())
+        ran = httpx.post(executor.beat.url + "/v1/completions", json=body, headers=headers, timeout=60)
+        assert ran.status_code == 200  # the executor ran it and committed ok; the router never answered
+        ran_by, ran_record = tree.served_by(record_id)
+        assert ran_record["status"] == "ok"
+        [lost] = service.inflight.lost()
+        assert lost.attempts == (record_id,) and lost.contract == contract.code
+
+        assert service.recover_lost() == 1  # what a restarted router does first
+        assert service.inflight.lost() == [] and service.recover_lost() == 0
+        [superseding] = records(service)
+        claims = superseding["decision"]["claims"]
+        assert (superseding["status"], superseding["agent_id"], superseding["tokens_in"]) == (
+            "error",
+            "router-1",
+            0,
+        )
+        assert claims["supersedes"] == [record_id] and claims["executor"] == "router-1"
+        assert (superseding["contract"], superseding["start_ns"]) == (contract.code, routing.start_ns)
+        for shipper in (tree.router.shipper, tree.executors[ran_by].agent.shipper):
+            shipper.ship_once(force=True)
+    assert not RejectedRecord.objects.exists()  # both signatures of the router's record verified
+    now = datetime.now(UTC)
+    superseded = superseded_attempts([contract.code], now - timedelta(days=1), now + timedelta(days=1))
+    assert [attempt.record_id for attempt in superseded] == [record_id]

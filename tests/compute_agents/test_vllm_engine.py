@@ -31,6 +31,7 @@ from compute_agents.tree.app import create_router_app
 from compute_agents.tree.decision import DecisionReader
 from compute_agents.tree.forward import ExecutorClient
 from compute_agents.tree.heartbeat import ExecutorCard, HeartbeatSender
+from compute_agents.tree.inflight import InFlightLedger
 from compute_agents.tree.registry import Registry
 from compute_agents.tree.service import RouterService
 from compute_agents.vllm_engine import VllmEngine
@@ -155,6 +156,7 @@ def test_the_vllm_engine_behind_the_l1_router(engine: VllmEngine, tmp_path: Path
         router_spool,
         Registry(),
         {"gpu-v": executor_key.public_key()},
+        InFlightLedger(tmp_path / "router" / "inflight.sqlite3"),
     )
     with (
         serving_app(create_router_app(router, ExecutorClient(60))) as router_url,
