@@ -2,14 +2,15 @@
 trained classifier, two executors) against a live platform, and two executors outside the tree.
 
 - tokens/s through the router ÷ direct to one executor (same model, same prompts, interleaved request by
-  request so drift hits both alike; the direct one runs outside the tree);
+  request so drift hits both alike; the direct one runs outside the tree), at answers of 32 and 128
+  tokens: the router's cost is per request, so its share shrinks as answers grow;
 - the router's decision latency p50 / p99 (its own measure: key, format, rules, classifier, policy);
 - the classifier's held-out accuracy (from the bundle it was trained into);
 - the time from an executor's SIGKILL to the next successful answer, under two clients' load;
 - the RSS of an executor at expert-cache capacities 2 and 8, after the same requests (a model with wider
   experts than the demo's, so that the experts' memory shows).
 
-    make bench-tree ARGS="--requests 30"
+    make bench-tree ARGS="--requests 30 --max-tokens 32"
 """
 
 from __future__ import annotations
@@ -46,8 +47,14 @@ def main() -> None:
     parser = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
-    parser.add_argument("--requests", type=int, default=30, help="request pairs for the ratio")
-    parser.add_argument("--max-tokens", type=int, default=32)
+    parser.add_argument("--requests", type=int, default=100, help="request pairs for the ratio")
+    parser.add_argument(
+        "--max-tokens",
+        type=lambda text: [int(n) for n in text.split(",")],
+        default=[32, 128],
+        help="answer lengths of the ratio, comma-separated: the router's cost is per request, so the "
+        "shorter the answer the larger its share",
+    )
     parser.add_argument(
         "--overhead-requests",
         type=int,
@@ -60,7 +67,7 @@ def main() -> None:
         run(Path(scratch), args.requests, args.max_tokens, args.overhead_requests)
 
 
-def run(data_dir: Path, requests: int, max_tokens: int, overhead_requests: int) -> None:
+def run(data_dir: Path, requests: int, lengths: list[int], overhead_requests: int) -> None:
     from agents.services import register_agent
     from clickhouse_store.migrator import apply_migrations
     from clickhouse_store.queries.records import layer_latencies
@@ -110,7 +117,7 @@ def run(data_dir: Path, requests: int, max_tokens: int, overhead_requests: int) 
     headers = {"authorization": f"Bearer {key}"}
     client = httpx.Client(timeout=60)
 
-    def ask(url: str, number: int, tokens: int = max_tokens) -> tuple[int, int, float]:
+    def ask(url: str, number: int, tokens: int = lengths[0]) -> tuple[int, int, float]:
         body = {"model": "tiny", "prompt": PROMPTS[number % len(PROMPTS)], "max_tokens": tokens}
         begun = time.perf_counter()
         answer = client.post(url + "/v1/completions", json={**body, "temperature": 0}, headers=headers)
@@ -122,21 +129,8 @@ def run(data_dir: Path, requests: int, max_tokens: int, overhead_requests: int) 
     try:
         for number in range(4):  # warm-up: model pages, expert files, classifier
             ask(tree.url, number), ask(direct["direct"][0], number)
-        totals = {"router": [0, 0.0], "direct": [0, 0.0]}
-        pairs = []
         window = datetime.now(UTC)
-        for number in range(requests):
-            order = ("router", "direct") if number % 2 else ("direct", "router")
-            seconds = {}
-            for side in order:
-                status, tokens, seconds[side] = ask(
-                    tree.url if side == "router" else direct["direct"][0], number
-                )
-                assert status == 200, (side, status)
-                totals[side][0] += tokens
-                totals[side][1] += seconds[side]
-            pairs.append(seconds["direct"] / seconds["router"])
-        rate = {side: tokens / spent for side, (tokens, spent) in totals.items()}
+        ratios = {length: ratio(tree.url, direct["direct"][0], ask, requests, length) for length in lengths}
         window_end = datetime.now(UTC)
         # The router's fixed cost per request: one output token each way, same prompts, interleaved.
         extra_ms = []
@@ -154,7 +148,7 @@ def run(data_dir: Path, requests: int, max_tokens: int, overhead_requests: int) 
             process.wait(timeout=20)
         tree.stop()
         server.shutdown()
-    # Where the time goes: the ratio loop's records per tree layer, routed (the tree's executors) and
+    # Where the time goes: the ratio loops' records per tree layer, routed (the tree's executors) and
     # direct; a routed record's first L1 hop holds the router's decision and the way to the executor.
     layers = {
         side: layer_latencies(window, window_end, agents)
@@ -164,15 +158,29 @@ def run(data_dir: Path, requests: int, max_tokens: int, overhead_requests: int) 
     training = bundle["classifier"]["training"]
     decision = stats["decision_us"]
     print(
-        f"model: the demo's tiny Qwen3-MoE; {requests} request pairs, max_tokens {max_tokens}, temperature 0;"
-        f" {overhead_requests} pairs of max_tokens 1; {decision['count']} decisions"
+        f"model: the demo's tiny Qwen3-MoE; {requests} request pairs at each of max_tokens "
+        f"{', '.join(map(str, lengths))}, temperature 0; {overhead_requests} pairs of max_tokens 1; "
+        f"{decision['count']} decisions"
     )
     print(f"{'measure':<58} {'figure':>22}  target")
     rows = [
-        ("tokens/s through the router", f"{rate['router']:.1f}", ""),
-        ("tokens/s direct to one executor", f"{rate['direct']:.1f}", ""),
-        ("ratio router ÷ direct (totals)", f"{rate['router'] / rate['direct']:.4f}", ">= 0.95"),
-        ("ratio router ÷ direct (median of same-prompt pairs)", f"{statistics.median(pairs):.4f}", ">= 0.95"),
+        *(
+            row
+            for length, (rate, pairs) in ratios.items()
+            for row in (
+                (
+                    f"max_tokens {length}: tokens/s through the router / direct",
+                    f"{rate['router']:.1f} / {rate['direct']:.1f}",
+                    "",
+                ),
+                ("  ratio router ÷ direct (totals)", f"{rate['router'] / rate['direct']:.4f}", ">= 0.95"),
+                (
+                    "  ratio router ÷ direct (median of same-prompt pairs)",
+                    f"{statistics.median(pairs):.4f}",
+                    ">= 0.95",
+                ),
+            )
+        ),
         (
             "router's added time per request, max_tokens 1 (median)",
             f"{statistics.median(extra_ms):.1f} ms",
@@ -210,6 +218,27 @@ def run(data_dir: Path, requests: int, max_tokens: int, overhead_requests: int) 
     ]
     for name, figure, target in rows:
         print(f"{name:<58} {figure:>22}  {target}")
+
+
+def ratio(
+    router_url: str, direct_url: str, ask: Any, requests: int, length: int
+) -> tuple[dict[str, float], list[float]]:
+    """Tokens/s through the router and direct, and each same-prompt pair's ratio, interleaved request
+    by request (the side going first alternates) so that drift hits both alike."""
+    totals = {"router": [0, 0.0], "direct": [0, 0.0]}
+    pairs = []
+    for number in range(requests):
+        order = ("router", "direct") if number % 2 else ("direct", "router")
+        seconds = {}
+        for side in order:
+            status, tokens, seconds[side] = ask(
+                router_url if side == "router" else direct_url, number, length
+            )
+            assert status == 200, (side, status)
+            totals[side][0] += tokens
+            totals[side][1] += seconds[side]
+        pairs.append(seconds["direct"] / seconds["router"])
+    return {side: tokens / spent for side, (tokens, spent) in totals.items()}, pairs
 
 
 def kill_to_next_answer(tree: Any, ask: Any, victim: str) -> dict[str, Any]:

@@ -180,6 +180,7 @@ def build_agent(settings: AgentSettings, seed: bytes) -> Agent:
             engine.model_id,
             engine.weights_sha3,
             engine.served_names,
+            settings.workers,
         )
         heartbeat = HeartbeatSender(
             settings.router_url,

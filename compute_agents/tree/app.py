@@ -95,6 +95,7 @@ def create_router_app(service: RouterService, client: ExecutorClient, jobs: Jobs
                 raw,
                 lambda executor, supersedes: service.attempting(routing, executor, incoming, supersedes),
                 stream=stream,
+                affinity=routing.experts,
             )
         except NoExecutor as none:
             routed.labels("no_executor").inc()

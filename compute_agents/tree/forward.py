@@ -16,7 +16,7 @@ that answered 5xx (an unbilled ``error`` record) needs no such claim. A decision
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Callable, Sequence
 from dataclasses import dataclass
 
 import aiohttp
@@ -97,13 +97,15 @@ async def send(
     *,
     stream: bool,
     superseded: tuple[str, ...] = (),
+    affinity: Sequence[Sequence[int]] = (),
 ) -> Attempt:
-    """The first attempt that answered: a whole answer read, a stream's status and headers (its body
-    still unread). The executor stays counted in flight until the caller calls
+    """The first attempt that answered, on the executors ``registry.choose`` picks (``affinity``: the
+    experts the request's domain is predicted to use): a whole answer read, a stream's status and
+    headers (its body still unread). The executor stays counted in flight until the caller calls
     ``registry.finished``/``released``."""
     tried: list[str] = []
     unanswered = list(superseded)  # attempts sent before this call (a job dispatched again)
-    while len(unanswered) < SUPERSEDES_MAX and (executor := registry.choose(subtree, model, exclude=tried)):
+    while len(unanswered) < SUPERSEDES_MAX and (executor := registry.choose(subtree, model, tried, affinity)):
         tried.append(executor.beat.executor)
         record_id, headers = sign_for(executor, tuple(unanswered))
         try:

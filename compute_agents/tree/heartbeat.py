@@ -1,7 +1,7 @@
 """An executor's heartbeat to its L1 router: who it is, where it listens, its subtree and model, how
-many requests it has outstanding and which experts it holds resident. Signed with the executor's agent
-key (the agent-request scheme of ``treemeter_records.protocol``), sent every ``interval_s``; a router
-that misses a few stops choosing it."""
+many requests it takes at once and has outstanding, and which experts it holds resident. Signed with
+the executor's agent key (the agent-request scheme of ``treemeter_records.protocol``), sent every
+``interval_s``; a router that misses a few stops choosing it."""
 
 from __future__ import annotations
 
@@ -30,6 +30,7 @@ class ExecutorCard:
     model_id: str
     weights_sha3: str
     served_names: tuple[str, ...]
+    capacity: int = 1  # requests it serves at once (its load is outstanding ÷ capacity)
 
 
 class HeartbeatSender:
@@ -62,6 +63,7 @@ class HeartbeatSender:
             "model_id": card.model_id,
             "weights_sha3": card.weights_sha3,
             "served_names": list(card.served_names),
+            "capacity": card.capacity,
             "outstanding": self.outstanding(),
             "resident": {str(layer): experts for layer, experts in self.resident().items()},
         }

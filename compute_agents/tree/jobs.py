@@ -120,7 +120,10 @@ class JobRunner:
         saved = job.decision
         decision = Decision.from_json(saved)
         queued_us = max(1, (dispatched_ns - job.received_ns) // 1000)
-        routing = Routing(job.route, entitlement, decision, saved["model"], job.received_ns, mark, queued_us)
+        experts = self.service.experts.preheat(decision.domain)
+        routing = Routing(
+            job.route, entitlement, decision, saved["model"], job.received_ns, mark, queued_us, experts
+        )
         incoming = {"authorization": authorization or "", "content-type": "application/json"}
 
         def sign_for(executor: Any, supersedes: tuple[str, ...]) -> tuple[str, dict[str, str]]:
@@ -139,6 +142,7 @@ class JobRunner:
                 sign_for,
                 stream=False,
                 superseded=job.attempts[-SUPERSEDES_MAX:],
+                affinity=routing.experts,
             )
         except NoExecutor as none:
             if number < MAX_DISPATCHES:

@@ -1,6 +1,11 @@
 """The router's view of its executors: who registered, whether they are healthy, how loaded they are,
 and a circuit breaker each. Nothing here does I/O; the router's HTTP layer feeds it heartbeats and
-outcomes, and asks it for an executor (power of two choices on outstanding requests).
+outcomes, and asks it for an executor.
+
+The choice: cache affinity first. Given the experts a request's domain is predicted to use, the
+executor that holds the most of them resident takes it (ties: the less loaded, then at random), unless
+its load (requests in flight ÷ its capacity) is above ``AFFINITY_MAX_LOAD``. Otherwise, and when nothing
+is predicted or held, power of two choices on the load.
 
 A heartbeat is an executor's signed report (see ``heartbeat.py``): its URL, subtree, model, outstanding
 requests and the experts it holds resident. An executor whose last heartbeat is older than
@@ -14,13 +19,14 @@ from __future__ import annotations
 import random
 import threading
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
 from ..router import DEFAULT_SUBTREE
 
 BREAKER_FAILURES = 3
+AFFINITY_MAX_LOAD = 0.85  # an executor above this share of its capacity takes no request for affinity
 CLOSED, OPEN, HALF_OPEN = "closed", "open", "half_open"
 
 
@@ -38,6 +44,7 @@ class Heartbeat:
     served_names: tuple[str, ...]
     outstanding: int
     resident: dict[int, tuple[int, ...]]  # layer → experts held resident
+    capacity: int = 1  # requests it serves at once (an executor that does not say: one)
 
     @classmethod
     def parse(cls, body: Any) -> Heartbeat:
@@ -56,11 +63,14 @@ class Heartbeat:
                 served_names=tuple(_text(name) for name in body["served_names"]),
                 outstanding=int(body["outstanding"]),
                 resident=resident,
+                capacity=int(body.get("capacity", 1)),
             )
         except (KeyError, TypeError, ValueError, AttributeError) as error:
             raise HeartbeatError(f"bad heartbeat: {error!r}") from None
         if not beat.url.startswith(("http://", "https://")) or beat.outstanding < 0:
             raise HeartbeatError("bad heartbeat: url must be http(s) and outstanding non-negative")
+        if beat.capacity < 1:
+            raise HeartbeatError("bad heartbeat: capacity must be at least 1")
         return beat
 
 
@@ -113,6 +123,15 @@ class Executor:
     def load(self) -> int:
         return max(self.inflight, self.beat.outstanding)
 
+    @property
+    def load_share(self) -> float:
+        return self.load / self.beat.capacity
+
+    def holds(self, experts: Iterable[Sequence[int]]) -> int:
+        """How many of ``experts`` (layer, expert) it reported resident."""
+        resident = self.beat.resident
+        return sum(expert in resident.get(layer, ()) for layer, expert in experts)
+
 
 @dataclass
 class Registry:
@@ -149,19 +168,40 @@ class Registry:
             and e.breaker.allows(now)
         ]
 
-    def choose(self, subtree: str, model: str, exclude: Iterable[str] = ()) -> Executor | None:
-        """Power of two choices: of two healthy executors drawn at random, the less loaded; the
-        request is counted in flight on it until ``finished``. One lock over the whole choice, so two
-        requests cannot both take a half-open executor's single probe."""
+    def choose(
+        self,
+        subtree: str,
+        model: str,
+        exclude: Iterable[str] = (),
+        affinity: Sequence[Sequence[int]] = (),
+    ) -> Executor | None:
+        """The executor for a request whose domain is predicted to use the ``affinity`` experts (see the
+        module's docstring); the request is counted in flight on it until ``finished``. One lock over
+        the whole choice, so two requests cannot both take a half-open executor's single probe."""
         with self.lock:
             candidates = self._healthy(subtree, model, set(exclude))
             if not candidates:
                 return None
-            pair = self.rng.sample(candidates, 2) if len(candidates) > 1 else candidates
-            chosen = min(pair, key=lambda e: e.load)
+            chosen = self._affine(candidates, affinity) or self._less_loaded_of_two(candidates)
             chosen.breaker.begin()
             chosen.inflight += 1
             return chosen
+
+    def _affine(self, candidates: list[Executor], experts: Sequence[Sequence[int]]) -> Executor | None:
+        if not experts:
+            return None
+        held = {e.beat.executor: e.holds(experts) for e in candidates}
+        room = [e for e in candidates if e.load_share <= AFFINITY_MAX_LOAD and held[e.beat.executor] > 0]
+        if not room:
+            return None
+        best = max(held[e.beat.executor] for e in room)
+        least = min(e.load for e in room if held[e.beat.executor] == best)
+        return self.rng.choice([e for e in room if held[e.beat.executor] == best and e.load == least])
+
+    def _less_loaded_of_two(self, candidates: list[Executor]) -> Executor:
+        """Power of two choices: of two drawn at random, the less loaded."""
+        pair = self.rng.sample(candidates, 2) if len(candidates) > 1 else candidates
+        return min(pair, key=lambda e: e.load)
 
     def finished(self, executor: Executor, *, ok: bool) -> None:
         with self.lock:
@@ -210,6 +250,7 @@ class Registry:
                     "breaker": e.breaker.state,
                     "heartbeat_age_s": round(now - e.seen_at, 3),
                     "outstanding": e.beat.outstanding,
+                    "capacity": e.beat.capacity,
                     "inflight": e.inflight,
                     "served": e.served,
                     "failures": e.failures,

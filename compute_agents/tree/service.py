@@ -100,6 +100,7 @@ class Routing:
     start_ns: int
     mark: int
     queued_us: int = 0  # a queued job: from the receipt to this dispatch (``mark``)
+    experts: list[list[int]] = field(default_factory=list)  # the domain's predicted [layer, expert]s
     ticket: str = field(default_factory=lambda: uuid.uuid4().hex)  # its rows in the in-flight ledger
 
     def elapsed_us(self) -> int:
@@ -146,7 +147,8 @@ class RouterService:
         except ApiError as error:
             raise self._refuse(error, entitlement, body, start_ns, mark) from None
         decision = self.rules.decide(classifiable_text(body), entitlement.package, entitlement.sla_class)
-        routing = Routing(route, entitlement, decision, request.model, start_ns, mark)
+        experts = self.experts.preheat(decision.domain)
+        routing = Routing(route, entitlement, decision, request.model, start_ns, mark, experts=experts)
         self.stats.decided(decision, routing.elapsed_us())
         return routing
 
@@ -179,7 +181,7 @@ class RouterService:
             rules_sha256=self.rules.sha256,
             decision=decision,
             executor=executor.beat.executor,
-            preheat=self.experts.preheat(decision.domain) if "L2" in decision.path else [],
+            preheat=routing.experts if "L2" in decision.path else [],
             l1_in_us=routing.elapsed_us(),
             supersedes=supersedes,
             queued_us=routing.queued_us,

@@ -163,3 +163,50 @@ def test_snapshot_and_model_card(registry: Registry, clock: Clock) -> None:
     (row,) = registry.snapshot()
     assert row["executor"] == "ex-1" and row["healthy"] is False and row["outstanding"] == 2
     assert row["resident"] == {"0": [3, 1], "1": []}
+
+
+def test_cache_affinity_takes_the_executor_holding_most_of_the_domains_experts(registry: Registry) -> None:
+    """The domain's predicted experts decide among executors with room: the one holding the most of
+    them, whatever the random draws; with none held (or none predicted) the load decides."""
+    predicted = [[0, 3], [0, 5], [1, 2]]
+    registry.heartbeat(beat("holds-one", resident={"0": [3], "1": []}, capacity=4))
+    registry.heartbeat(beat("holds-all", resident={"0": [3, 5], "1": [2]}, capacity=4, outstanding=2))
+    registry.heartbeat(beat("holds-none", resident={"0": [9], "1": [9]}, capacity=4))
+    for _ in range(20):  # busier (2 of 4) but holding all three: always chosen
+        chosen = registry.choose("default", "tiny-moe", affinity=predicted)
+        assert chosen is not None and chosen.beat.executor == "holds-all"
+        registry.released(chosen)
+    assert registry.executors["holds-all"].holds(predicted) == 3
+    unheld = [[2, 7]]
+    picks = set()
+    for _ in range(30):  # nobody holds it: two at random, the less loaded (never the busy one)
+        chosen = registry.choose("default", "tiny-moe", affinity=unheld)
+        assert chosen is not None
+        picks.add(chosen.beat.executor)
+        registry.released(chosen)
+    assert picks == {"holds-one", "holds-none"}
+
+
+def test_cache_affinity_gives_way_above_85_percent_load(registry: Registry) -> None:
+    """An executor at 85 % of its capacity still takes its domain's requests; above 85 % the load
+    decides (17 of 20 in flight is 85 %, 18 of 20 is 90 %)."""
+    predicted = [[0, 3]]
+    registry.heartbeat(beat("warm", resident={"0": [3]}, capacity=20, outstanding=17))
+    registry.heartbeat(beat("cold", resident={"0": [8]}, capacity=20, outstanding=0))
+    assert registry.executors["warm"].load_share == 0.85
+    chosen = registry.choose("default", "tiny-moe", affinity=predicted)
+    assert chosen is not None and chosen.beat.executor == "warm"
+    registry.released(chosen)
+    registry.heartbeat(beat("warm", resident={"0": [3]}, capacity=20, outstanding=18))
+    assert registry.executors["warm"].load_share == 0.9
+    for _ in range(10):
+        chosen = registry.choose("default", "tiny-moe", affinity=predicted)
+        assert chosen is not None and chosen.beat.executor == "cold"
+        registry.released(chosen)
+
+
+def test_a_heartbeat_without_capacity_counts_one_and_a_bad_capacity_is_refused() -> None:
+    assert beat("old").capacity == 1
+    assert beat("new", capacity=4).capacity == 4
+    with pytest.raises(HeartbeatError, match="capacity must be at least 1"):
+        beat("bad", capacity=0)
