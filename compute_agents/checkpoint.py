@@ -6,7 +6,12 @@ Layout of a checkpoint directory:
 - ``experts/L{layer}-E{expert}.safetensors``: one file per expert (``gate_up_proj``, ``down_proj``),
   which the L2 expert cache loads on demand.
 - ``treemeter.json``: the manifest: SHA3-256 of ``model.safetensors`` (the record's ``weights_sha3``)
-  and of every expert file. A file that does not match its fingerprint is refused.
+  and of every expert file (``experts``). A file that does not match its fingerprint is refused.
+  Each expert file is also fingerprinted in blocks of ``block_bytes`` (64 KiB; the last may be shorter):
+  ``expert_blocks`` holds the SHA3-256 of each block and ``expert_bytes`` the file's length. The
+  whole-file hash stays the check of record; the blocks only say where a refused file is damaged
+  (which block first, how many, whether it was truncated or extended). A manifest written before the
+  blocks has neither key: its refusals name no block.
 """
 
 from __future__ import annotations
@@ -15,10 +20,12 @@ import hashlib
 import json
 import time
 from dataclasses import dataclass
+from itertools import zip_longest
 from pathlib import Path
 from typing import Any
 
 MANIFEST = "treemeter.json"
+BLOCK_BYTES = 65_536  # expert files are fingerprinted in blocks of this size too, to locate damage
 TINY_ALIAS = "tiny"
 WEIGHTS_FILE = "model.safetensors"
 EXPERTS_DIR = "experts"
@@ -155,6 +162,68 @@ def sha3_file(path: Path) -> str:
         return hashlib.file_digest(handle, "sha3_256").hexdigest()
 
 
+def sha3_blocks(data: bytes, block_bytes: int = BLOCK_BYTES) -> list[str]:
+    """SHA3-256 of each consecutive ``block_bytes`` slice of ``data`` (the last may be shorter)."""
+    view = memoryview(data)
+    return [
+        hashlib.sha3_256(view[start : start + block_bytes]).hexdigest()
+        for start in range(0, len(data), block_bytes)
+    ]
+
+
+@dataclass(frozen=True)
+class BlockDamage:
+    """Where the bytes read of a file differ from its block fingerprints."""
+
+    block: int  # the first damaged block
+    damaged_blocks: int  # blocks that differ, counting those missing from the read or from the manifest
+    block_bytes: int
+    size: int  # bytes read
+    expected_size: int  # the manifest's
+
+    @property
+    def byte_range(self) -> tuple[int, int]:
+        """The first damaged block's first and last byte, in the longer of the file read and the file
+        fingerprinted (a block cut short by a truncation keeps its whole range)."""
+        start = self.block * self.block_bytes
+        return start, min(start + self.block_bytes, max(self.size, self.expected_size)) - 1
+
+    @property
+    def resized_from(self) -> int | None:
+        """The block from which the file is truncated or extended; None when its length is right."""
+        if self.size == self.expected_size:
+            return None
+        return min(self.size, self.expected_size) // self.block_bytes
+
+
+@dataclass(frozen=True)
+class ExpertBlocks:
+    """The manifest's block fingerprints of the expert files, keyed ``"layer/expert"``."""
+
+    block_bytes: int
+    hashes: dict[str, list[str]]
+    sizes: dict[str, int]
+
+    @classmethod
+    def from_manifest(cls, manifest: dict[str, Any]) -> ExpertBlocks | None:
+        """None for a manifest written before expert files were fingerprinted in blocks."""
+        if "expert_blocks" not in manifest:
+            return None
+        return cls(int(manifest["block_bytes"]), manifest["expert_blocks"], manifest["expert_bytes"])
+
+    def damage(self, key: str, data: bytes) -> BlockDamage | None:
+        """Where ``data``, read for the expert ``key``, differs from its blocks; None when the manifest has
+        no blocks for it or they all match."""
+        expected = self.hashes.get(key)
+        if expected is None:
+            return None
+        read = sha3_blocks(data, self.block_bytes)
+        damaged = [i for i, (got, want) in enumerate(zip_longest(read, expected)) if got != want]
+        if not damaged:
+            return None
+        return BlockDamage(damaged[0], len(damaged), self.block_bytes, len(data), self.sizes[key])
+
+
 def expert_file(directory: Path, layer: int, expert: int) -> Path:
     return directory / EXPERTS_DIR / f"L{layer}-E{expert}.safetensors"
 
@@ -220,6 +289,8 @@ def create_tiny_model(directory: Path, sizes: TinySizes = TinySizes(), seed: int
     model.save_pretrained(directory)
     (directory / EXPERTS_DIR).mkdir(exist_ok=True)
     experts: dict[str, str] = {}
+    blocks: dict[str, list[str]] = {}
+    lengths: dict[str, int] = {}
     for index, layer in enumerate(model.model.layers):
         block = layer.mlp.experts
         for expert in range(sizes.experts):
@@ -231,7 +302,10 @@ def create_tiny_model(directory: Path, sizes: TinySizes = TinySizes(), seed: int
                 },
                 str(path),
             )
-            experts[f"{index}/{expert}"] = sha3_file(path)
+            data, key = path.read_bytes(), f"{index}/{expert}"
+            experts[key] = hashlib.sha3_256(data).hexdigest()
+            blocks[key] = sha3_blocks(data)
+            lengths[key] = len(data)
     manifest = {
         "format": 1,
         "model_id": f"tiny-qwen3-moe-h{sizes.hidden}-l{sizes.layers}-e{sizes.experts}-k{sizes.top_k}",
@@ -239,6 +313,9 @@ def create_tiny_model(directory: Path, sizes: TinySizes = TinySizes(), seed: int
         "created": int(time.time()),
         "weights_sha3": sha3_file(directory / WEIGHTS_FILE),
         "experts": experts,
+        "block_bytes": BLOCK_BYTES,
+        "expert_blocks": blocks,
+        "expert_bytes": lengths,
     }
     (directory / MANIFEST).write_text(json.dumps(manifest, indent=1, sort_keys=True))
     return manifest

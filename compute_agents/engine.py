@@ -22,7 +22,7 @@ from typing import Any, Protocol
 
 import torch
 
-from .checkpoint import MANIFEST, chat_prompt, read_manifest, verify_weights
+from .checkpoint import MANIFEST, ExpertBlocks, chat_prompt, read_manifest, verify_weights
 from .decoding import Sampler, StepWatch, tokens_for_text
 from .expert_cache import CachedExperts, ExpertCache, RequestUse
 
@@ -181,6 +181,7 @@ class TorchEngine(PromptLayout):
             layers=self.moe_layers,
             capacity=capacity,
             on_integrity_error=on_integrity_error,
+            blocks=ExpertBlocks.from_manifest(manifest),
         )
         self.preheat = capacity // 2 if preheat is None else preheat
         self.active = threading.local()  # .use: the RequestUse of the request this thread runs

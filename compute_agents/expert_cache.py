@@ -3,10 +3,15 @@ only place expert weights live in memory (the engine drops the checkpoint's merg
 it has loaded the model), so an executor's memory for experts is bounded by the capacity.
 
 Every expert lives as one safetensors file; a file is checked against its SHA3-256 fingerprint from the
-checkpoint manifest every time it is loaded, and a mismatch refuses the load. Eviction is LRU-K with
-K = 2 (the victim is the resident expert whose second-most-recent use is oldest; experts used only once
-go first). A preheat step loads the experts that recent routing predicts, and counts as K uses of each:
-an expert just predicted is not the next victim.
+checkpoint manifest every time it is loaded, and a mismatch refuses the load. Only then, when the
+manifest also fingerprints the file in blocks (``checkpoint.BLOCK_BYTES``, 64 KiB), are the blocks of what
+was read hashed: the refusal names the first damaged block and its byte range, how many blocks are
+damaged, and whether the file was truncated or extended (from which block on). An intact load hashes no
+blocks; a manifest written before the blocks refuses as before, naming none.
+
+Eviction is LRU-K with K = 2 (the victim is the resident expert whose second-most-recent use is oldest;
+experts used only once go first). A preheat step loads the experts that recent routing predicts, and
+counts as K uses of each: an expert just predicted is not the next victim.
 """
 
 from __future__ import annotations
@@ -24,13 +29,46 @@ import torch
 from safetensors.torch import load as load_safetensors
 from torch import nn
 
-from .checkpoint import CheckpointError, expert_file
+from .checkpoint import BlockDamage, CheckpointError, ExpertBlocks, expert_file
 
 LRU_K = 2
 
 
 class ExpertIntegrityError(CheckpointError):
-    """An expert file does not match its fingerprint: it is never loaded."""
+    """An expert file does not match its fingerprint: it is never loaded. Where the manifest has block
+    fingerprints, ``block``, ``byte_range`` (first and last byte), ``damaged_blocks`` and ``resized_from``
+    (the block a truncation or extension starts at, else None) say where; otherwise they are None."""
+
+    def __init__(
+        self,
+        path: Path,
+        layer: int,
+        expert: int,
+        actual: str,
+        expected: str | None,
+        damage: BlockDamage | None,
+    ) -> None:
+        message = f"{path}: SHA3-256 {actual} does not match the manifest ({expected}); load refused."
+        if damage is not None:
+            first, last = damage.byte_range
+            plural = "s" if damage.damaged_blocks != 1 else ""
+            message += (
+                f" Layer {layer}, expert {expert}: first damaged block {damage.block} (bytes {first}–{last}),"
+                f" {damage.damaged_blocks} damaged block{plural}"
+            )
+            if damage.resized_from is not None:
+                change = "truncated" if damage.size < damage.expected_size else "extended"
+                message += (
+                    f"; the file is {change} from block {damage.resized_from} on ({damage.size} bytes read,"
+                    f" {damage.expected_size} in the manifest)"
+                )
+            message += "."
+        super().__init__(message)
+        self.path, self.layer, self.expert = path, layer, expert
+        self.block = None if damage is None else damage.block
+        self.byte_range = None if damage is None else damage.byte_range
+        self.damaged_blocks = None if damage is None else damage.damaged_blocks
+        self.resized_from = None if damage is None else damage.resized_from
 
 
 @dataclass
@@ -68,11 +106,13 @@ class ExpertCache:
         capacity: int,
         history: int = 8,
         on_integrity_error: Callable[[int, int, str], None] | None = None,
+        blocks: ExpertBlocks | None = None,
     ) -> None:
         if capacity < 1:
             raise ValueError("the expert cache holds at least one expert per layer")
         self.directory = directory
         self.fingerprints = fingerprints
+        self.blocks = blocks  # only to locate the damage in a refused file
         self.capacity = capacity
         self.resident: list[dict[int, Weights]] = [{} for _ in range(layers)]
         self.uses: dict[tuple[int, int], deque[int]] = {}
@@ -101,13 +141,13 @@ class ExpertCache:
         path = expert_file(self.directory, layer, expert)
         data = path.read_bytes()
         actual = hashlib.sha3_256(data).hexdigest()
-        expected = self.fingerprints.get(f"{layer}/{expert}")
+        key = f"{layer}/{expert}"
+        expected = self.fingerprints.get(key)
         if actual != expected:
             if self.on_integrity_error is not None:
                 self.on_integrity_error(layer, expert, str(path))
-            raise ExpertIntegrityError(
-                f"{path}: SHA3-256 {actual} does not match the manifest ({expected}); load refused."
-            )
+            damage = None if self.blocks is None else self.blocks.damage(key, data)
+            raise ExpertIntegrityError(path, layer, expert, actual, expected, damage)
         tensors = load_safetensors(data)
         weights = (tensors["gate_up_proj"], tensors["down_proj"])
         resident = self.resident[layer]
