@@ -5,7 +5,7 @@ PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed-stamp
 WITH_SERVICES := $(PY) -m tools.testenv --
 
-.PHONY: install run test test-fast lint typecheck check migrate bench bench-verify bench-invoices bench-api bench-tree clean-data test-browser test-isolation schemathesis
+.PHONY: install run test test-fast lint typecheck check migrate bench bench-verify bench-invoices bench-api bench-tree bench-scheduler clean-data test-browser test-isolation schemathesis
 
 install: $(STAMP)
 
@@ -71,6 +71,10 @@ bench-invoices: install
 ## The serving tree on real processes: router ÷ direct tokens/s, decision p99, kill → next answer, RSS.
 bench-tree: install
 	$(WITH_SERVICES) $(PY) bench/tree.py $(ARGS)
+
+## TreeScheduler over a simulated workday at 1,000 executors, three policies side by side (about 30 s).
+bench-scheduler: install
+	$(PY) bench/scheduler_sim.py $(ARGS)
 
 clean-data:
 	rm -rf var
