@@ -10,7 +10,6 @@ transaction, so a restarted agent knows what it holds and what it has to report.
 
 from __future__ import annotations
 
-import sqlite3
 import threading
 import time
 from collections.abc import Callable, Sequence
@@ -19,6 +18,8 @@ from pathlib import Path
 from typing import Any
 
 from treemeter_records import canonical_bytes
+
+from .sqlite import open_wal
 
 _SCHEMA = (
     "CREATE TABLE IF NOT EXISTS records "
@@ -89,14 +90,11 @@ class SpooledLease:
 
 class Spool:
     def __init__(self, path: Path, *, max_records: int = 100_000, max_bytes: int = 256 * 1024 * 1024) -> None:
-        path.parent.mkdir(parents=True, exist_ok=True)
         self.path = path
         self.max_records = max_records
         self.max_bytes = max_bytes
         self._lock = threading.Lock()
-        self._db = sqlite3.connect(path, isolation_level=None, check_same_thread=False, timeout=30)
-        self._db.execute("PRAGMA journal_mode=WAL")
-        self._db.execute("PRAGMA synchronous=FULL")
+        self._db = open_wal(path, "FULL")
         for statement in _SCHEMA:
             self._db.execute(statement)
 

@@ -14,7 +14,6 @@ job ends.
 from __future__ import annotations
 
 import os
-import sqlite3
 import threading
 import time
 from dataclasses import dataclass
@@ -27,6 +26,8 @@ from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 from cryptography.hazmat.primitives.ciphers.aead import AESGCM
 from cryptography.hazmat.primitives.kdf.hkdf import HKDF
 from cryptography.hazmat.primitives.serialization import Encoding, NoEncryption, PrivateFormat
+
+from ..sqlite import open_wal
 
 FINISHED = frozenset({"succeeded", "failed"})
 API_STATUS = {"queued": "queued", "running": "in_progress", "succeeded": "completed", "failed": "failed"}
@@ -133,10 +134,7 @@ class JobStore:
     """The job table; every method is one short transaction (thread-safe, one connection per store)."""
 
     def __init__(self, path: Path, router_key: Ed25519PrivateKey) -> None:
-        path.parent.mkdir(parents=True, exist_ok=True)
-        self._db = sqlite3.connect(path, check_same_thread=False, isolation_level=None)
-        self._db.execute("PRAGMA journal_mode=WAL")
-        self._db.execute("PRAGMA synchronous=FULL")
+        self._db = open_wal(path, "FULL")
         self._db.executescript(_SCHEMA)
         self._lock = threading.Lock()
         self._aead = AESGCM(_credential_key(router_key))

@@ -16,13 +16,14 @@ attempts, and a job dispatched again supersedes them itself (``tree/jobs.py``).
 
 from __future__ import annotations
 
-import sqlite3
 import threading
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import orjson
+
+from ..sqlite import open_wal
 
 SCHEMA = """
 CREATE TABLE IF NOT EXISTS attempts (
@@ -53,10 +54,7 @@ class LostRequest:
 
 class InFlightLedger:
     def __init__(self, path: Path) -> None:
-        path.parent.mkdir(parents=True, exist_ok=True)
-        self._db = sqlite3.connect(path, check_same_thread=False, isolation_level=None)
-        self._db.execute("PRAGMA journal_mode=WAL")
-        self._db.execute("PRAGMA synchronous=NORMAL")
+        self._db = open_wal(path, "NORMAL")
         self._db.executescript(SCHEMA)
         self._lock = threading.Lock()
 

@@ -223,18 +223,21 @@ def test_requests_through_the_router_are_recorded_by_their_executor_under_its_de
     assert not records(tree.router.service)  # the router recorded nothing it did not refuse
 
 
-def test_a_dead_executor_fails_over_opens_its_breaker_and_none_left_is_an_unbilled_503(
+def test_a_dead_executor_fails_over_its_breaker_counts_and_none_left_is_an_unbilled_503(
     live_server: Any, tiny_model: Path, tmp_path: Path
 ) -> None:
+    """Every attempt on the dark executor fails over to the other and counts on its breaker (open from
+    3 in a row, see test_tree_registry); cache affinity may steer requests away from it before that."""
     contract = ContractFactory.create()
     with serving_tree(live_server, tiny_model, tmp_path, contract) as tree:
         client = customer(tree, contract)
         tree.apis["exec-a"].close()  # its port is dark; its heartbeats still arrive
         answers = [
             client.completions.create(model="tiny", prompt="the clause", max_tokens=3, temperature=0)
-            for _ in range(6)
+            for _ in range(8)
         ]
         stats = tree.stats()
+        failed = tree.router.service.registry.executors["exec-a"].failures
         breaker = {
             e["executor"]: e["breaker"] for e in httpx.get(tree.url + "/tree/executors").json()["executors"]
         }
@@ -242,8 +245,8 @@ def test_a_dead_executor_fails_over_opens_its_breaker_and_none_left_is_an_unbill
         with pytest.raises(openai.InternalServerError) as none_left:
             client.completions.create(model="tiny", prompt="the clause", max_tokens=3)
     assert {tree.served_by(a._request_id or "")[0] for a in answers} == {"exec-b"}
-    assert stats["failovers"] >= 1 and stats["by_executor"] == {"exec-b": 6}
-    assert breaker == {"exec-a": "open", "exec-b": "closed"}  # 3 refused connections opened it
+    assert stats["by_executor"] == {"exec-b": 8} and stats["failovers"] == failed >= 1
+    assert breaker == {"exec-a": "open" if failed >= 3 else "closed", "exec-b": "closed"}
     assert none_left.value.status_code == 503 and none_left.value.code == "no_executor"
     unserved = record(tree.router.service, none_left.value.request_id or "")
     assert (unserved["status"], unserved["agent_id"], unserved["tokens_in"]) == ("error", "router-1", 0)
