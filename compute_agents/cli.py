@@ -190,6 +190,7 @@ def router(args: argparse.Namespace) -> int:
 
     from .entitlements import SnapshotError
     from .logs import configure_logging
+    from .scheduler.config import TreeConfigError
     from .tree.app import create_router_app
     from .tree.forward import ExecutorClient
     from .tree.runtime import QueueNotConfigured, RouterSettings, build_router
@@ -201,6 +202,7 @@ def router(args: argparse.Namespace) -> int:
         data_dir=Path(args.data_dir),
         executor_keys=_executor_keys(args.executor),
         rules_file=Path(args.rules) if args.rules else None,
+        tree_config=Path(args.tree_config) if args.tree_config else None,
         jobs_broker=args.jobs_broker,
         jobs_queue=args.jobs_queue,
         private_callbacks=args.allow_private_callbacks,
@@ -208,7 +210,7 @@ def router(args: argparse.Namespace) -> int:
     )
     try:
         router = build_router(settings, load_or_create_seed(Path(args.key_file)))
-    except QueueNotConfigured as error:
+    except (QueueNotConfigured, TreeConfigError) as error:
         print(f"router: {error}", file=sys.stderr)
         return 2
     try:
@@ -360,6 +362,10 @@ def parser() -> argparse.ArgumentParser:
     tree.add_argument("--agent-id", default=agent_id, required=agent_id is None)
     tree.add_argument("--data-dir", default=data_dir)
     tree.add_argument("--rules", help="the L1 rules file (JSON) or bundle; default: the built-in rules")
+    tree.add_argument(
+        "--tree-config",
+        help="tree-config.yaml: the subtrees' concurrency, waiting lines and priorities (docs/scheduler.md)",
+    )
     tree.add_argument("--host", default="127.0.0.1")
     tree.add_argument("--port", type=int, default=8000)
     tree.add_argument(

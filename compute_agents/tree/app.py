@@ -4,6 +4,7 @@ executors' signed heartbeats, and what the tree looks like now. Errors keep Open
 from __future__ import annotations
 
 import contextlib
+import time
 from collections.abc import AsyncIterator
 from typing import Any
 
@@ -23,9 +24,10 @@ from ..wire import ApiError, error_body, sse
 from .forward import ExecutorClient, NoExecutor, relay, send
 from .heartbeat import HEARTBEAT_PATH
 from .jobs_api import CALLBACK_HEADER, JobsApi, add_job_routes
+from .lines import QueueFull, Slot
 from .preparation import EXPERTS_HEADER
 from .registry import HeartbeatError
-from .service import RouterService
+from .service import RouterService, Routing
 
 RELAYED_HEADERS = ("content-type", "x-request-id", "retry-after", "x-should-retry")
 
@@ -83,6 +85,24 @@ def create_router_app(service: RouterService, client: ExecutorClient, jobs: Jobs
                 )
             except ApiError as error:
                 return refused(error)
+        slot = Slot(None, routing.decision.subtree)
+        if service.lines is not None:
+            try:
+                slot = await service.lines.enter(slot.subtree, service.priority(routing), time.monotonic())
+            except QueueFull:
+                routed.labels("queue_full").inc()
+                return refused(await run_in_threadpool(service.queue_full, routing))
+        try:
+            return await relayed(routing, route, raw, incoming, stream, slot)
+        except BaseException:
+            slot.release()
+            raise
+
+    async def relayed(
+        routing: Routing, route: str, raw: bytes, incoming: dict[str, str], stream: bool, slot: Slot
+    ) -> Response:
+        """Send to an executor (failing over) and relay its answer; the subtree's slot is given back
+        when the answer is read, when a stream's relay ends, or when no executor could serve."""
         # From the first attempt until the answer is handed to the customer's connection the request is
         # in the in-flight ledger: a router that dies meanwhile supersedes its attempts when it restarts.
         try:
@@ -99,6 +119,7 @@ def create_router_app(service: RouterService, client: ExecutorClient, jobs: Jobs
             )
         except NoExecutor as none:
             routed.labels("no_executor").inc()
+            slot.release()
             unserved = await run_in_threadpool(service.unserved, routing, none.tried, none.unanswered)
             service.settled(routing)  # its record supersedes what was sent and not answered
             return refused(unserved)
@@ -109,15 +130,19 @@ def create_router_app(service: RouterService, client: ExecutorClient, jobs: Jobs
             service.served(attempt.executor, attempt.number)
             cut = sse(error_body("The executor stopped mid-stream.", "server_error", "executor_lost"))
 
-            async def relayed() -> AsyncIterator[bytes]:
+            async def streamed() -> AsyncIterator[bytes]:
                 try:
                     async for chunk in relay(attempt, service.registry, lambda: cut):
                         yield chunk
                 finally:
+                    slot.release()
                     service.settled(routing)
 
-            return StreamingResponse(relayed(), status_code=200, headers=headers)
+            return StreamingResponse(
+                streamed(), status_code=200, headers=headers, background=BackgroundTask(slot.release)
+            )
         content = await attempt.read()
+        slot.release()
         service.registry.finished(attempt.executor, ok=True)
         service.served(attempt.executor, attempt.number)
         if response.status == 200:

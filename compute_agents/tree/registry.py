@@ -168,6 +168,18 @@ class Registry:
             and e.breaker.allows(now)
         ]
 
+    def capacity(self, subtree: str) -> int:
+        """Requests the healthy executors of ``subtree`` take at once (their reported capacities)."""
+        now = self.clock()
+        with self.lock:
+            return sum(
+                e.beat.capacity
+                for e in self.executors.values()
+                if e.beat.subtree == subtree
+                and now - e.seen_at <= self.stale_after_s
+                and e.breaker.state != OPEN
+            )
+
     def choose(
         self,
         subtree: str,

@@ -17,6 +17,7 @@ from ..jobs.queue import QUEUE, Publisher, job_queue, job_token
 from ..jobs.store import JobStore
 from ..router import Rules
 from ..runtime import open_entitlements, open_shipper
+from ..scheduler.config import TreeConfig
 from ..shipper import Shipper
 from ..spool import Spool
 from .forward import ExecutorClient
@@ -36,6 +37,7 @@ class RouterSettings:
     data_dir: Path
     executor_keys: dict[str, str] = field(default_factory=dict)  # executor agent id → public key (base64)
     rules_file: Path | None = None
+    tree_config: Path | None = None  # tree-config.yaml: subtrees, their concurrency, lines, priorities
     stale_after_s: float = 3.0
     cooldown_s: float = 2.0
     batch_size: int = 500
@@ -94,6 +96,7 @@ class QueueNotConfigured(ValueError):
 
 
 def build_router(settings: RouterSettings, seed: bytes) -> TreeRouter:
+    tree = TreeConfig.load(settings.tree_config) if settings.tree_config else None  # refused before all else
     key = private_key_from_seed(seed)
     entitlements = open_entitlements(settings.platform_url, settings.agent_id, key, settings.data_dir)
     spool = Spool(settings.data_dir / "spool.sqlite3", max_records=settings.spool_max_records)
@@ -106,6 +109,7 @@ def build_router(settings: RouterSettings, seed: bytes) -> TreeRouter:
         Registry(stale_after_s=settings.stale_after_s, cooldown_s=settings.cooldown_s),
         {name: public_key_from_b64(b64) for name, b64 in settings.executor_keys.items()},
         InFlightLedger(settings.data_dir / "inflight.sqlite3"),
+        tree,
     )
     shipper = open_shipper(
         spool, settings.platform_url, settings.agent_id, key, settings.batch_size, settings.batch_age_s

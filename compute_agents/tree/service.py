@@ -29,10 +29,12 @@ from ..admission import authenticate, check_rules, model_not_found
 from ..entitlements import Entitlement, EntitlementStore
 from ..params import parse_request
 from ..router import Decision, Rules, classifiable_text
+from ..scheduler.config import TreeConfig
 from ..spool import Spool, SpoolFull
 from ..wire import ApiError
 from .decision import DECISION_HEADER, decision_claims, encode_decision
 from .inflight import InFlightLedger
+from .lines import SubtreeLines
 from .preparation import DomainExperts, parse_experts_header
 from .registry import Executor, Heartbeat, HeartbeatError, Registry
 
@@ -118,6 +120,7 @@ class RouterService:
         registry: Registry,
         executor_keys: dict[str, Ed25519PublicKey],
         inflight: InFlightLedger,
+        tree: TreeConfig | None = None,
     ) -> None:
         self.agent_id = agent_id
         self.key = key
@@ -127,6 +130,8 @@ class RouterService:
         self.registry = registry
         self.executor_keys = executor_keys
         self.inflight = inflight
+        self.tree = tree
+        self.lines = SubtreeLines(tree, registry.capacity) if tree is not None else None
         self.stats = TreeStats()
         self.experts = DomainExperts()
 
@@ -189,6 +194,28 @@ class RouterService:
         headers = {name: incoming[name] for name in FORWARDED_HEADERS if name in incoming}
         headers[DECISION_HEADER] = encode_decision(claims, self.key)
         return record_id, headers
+
+    def priority(self, routing: Routing) -> int:
+        """The request's place in its subtree's line: the tree config's rule for its package and SLA
+        class (higher first)."""
+        subtree = self.tree.subtrees.get(routing.decision.subtree) if self.tree is not None else None
+        entitlement = routing.entitlement
+        return subtree.priority(entitlement.package, entitlement.sla_class) if subtree is not None else 0
+
+    def queue_full(self, routing: Routing) -> ApiError:
+        """The subtree's line is full: 429 and an unbilled ``rejected`` record."""
+        subtree = routing.decision.subtree
+        record_id = self._record(
+            routing.entitlement, routing.model, routing.start_ns, routing.elapsed_us(), "rejected"
+        )
+        waiting = self.lines.waiting(subtree) if self.lines is not None else 0
+        return ApiError(
+            429,
+            "rate_limit_exceeded",
+            "queue_full",
+            f"Subtree '{subtree}' is at its concurrency and {waiting} requests already wait; retry shortly.",
+            headers={"x-request-id": record_id, "Retry-After": "1", "x-should-retry": "true"},
+        )
 
     def attempting(
         self, routing: Routing, executor: Executor, incoming: dict[str, str], supersedes: tuple[str, ...]

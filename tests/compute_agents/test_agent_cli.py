@@ -37,6 +37,19 @@ def test_create_model_writes_a_checkpoint_with_its_fingerprints(tmp_path: Path, 
     assert main(["create-model", str(tmp_path / "bad"), "--experts", "2", "--top-k", "3"]) == 2
 
 
+def test_the_router_refuses_a_tree_config_naming_the_line(tmp_path: Path, capsys: Any) -> None:
+    config = tmp_path / "tree-config.yaml"
+    config.write_text(
+        "version: 1\nsubtrees:\n  finance:\n    kind: gpu\n    executors: [a]\n"
+        "    sla: {p99_ms: 300, max_concurrency: 4}\n"
+    )
+    key = ["--key-file", str(tmp_path / "router.key")]
+    argv = [*key, "router", "--agent-id", "router-1", "--data-dir", str(tmp_path / "router")]
+    assert main([*argv, "--tree-config", str(config)]) == 2
+    error = capsys.readouterr().err
+    assert f"router: {config}:4: subtrees.finance.kind: must be one of inference, training, batch" in error
+
+
 def test_spool_status_reports_depth_and_next_seq(tmp_path: Path, capsys: Any) -> None:
     assert main(["spool-status", "--data-dir", str(tmp_path)]) == 1
     spool = Spool(tmp_path / "spool.sqlite3")

@@ -436,7 +436,9 @@ def test_an_answer_lost_on_the_way_back_with_no_other_executor(
     proxy = Outage(f"http://127.0.0.1:{port}")
     tree.register("router-1", live_server.url, kind="router")
     tree.register("exec-a", live_server.url)
-    tree.start_router(2)
+    # 5 s before the router gives up: time enough, on a loaded machine, for the proxy to forward and
+    # exec-a to run and commit (the answer it then sends is dropped).
+    tree.start_router(5)
     tree.start_executor("exec-a", tiny_model, port=port, advertised=proxy.url)
     tree.healthy(1)
     proxy.mute()

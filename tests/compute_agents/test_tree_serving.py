@@ -81,7 +81,9 @@ class Tree:
 
 
 @contextmanager
-def serving_tree(live_server: Any, tiny_model: Path, tmp_path: Path, contract: Contract) -> Iterator[Tree]:
+def serving_tree(
+    live_server: Any, tiny_model: Path, tmp_path: Path, contract: Contract, tree_config: Path | None = None
+) -> Iterator[Tree]:
     router_seed = os.urandom(32)
     router_key = private_key_from_seed(router_seed)
     register_agent(
@@ -98,6 +100,7 @@ def serving_tree(live_server: Any, tiny_model: Path, tmp_path: Path, contract: C
         platform_url=live_server.url,
         data_dir=tmp_path / "router",
         executor_keys={name: public_key_to_b64(private_key_from_seed(seed)) for name, seed in seeds.items()},
+        tree_config=tree_config,
     )
     router = build_router(settings, router_seed)
     router.service.registry.rng = random.Random(7)  # the power-of-two draws, reproducible
@@ -226,32 +229,41 @@ def test_requests_through_the_router_are_recorded_by_their_executor_under_its_de
 def test_a_dead_executor_fails_over_its_breaker_counts_and_none_left_is_an_unbilled_503(
     live_server: Any, tiny_model: Path, tmp_path: Path
 ) -> None:
-    """Every attempt on the dark executor fails over to the other and counts on its breaker (open from
-    3 in a row, see test_tree_registry); cache affinity may steer requests away from it before that."""
+    """The executor that served first holds the domain's experts, so cache affinity sends the next
+    request to it: once its port is dark, that attempt fails over to the other and counts on its
+    breaker (open from 3 in a row, see test_tree_registry). With none left: an unbilled 503."""
     contract = ContractFactory.create()
     with serving_tree(live_server, tiny_model, tmp_path, contract) as tree:
         client = customer(tree, contract)
-        tree.apis["exec-a"].close()  # its port is dark; its heartbeats still arrive
+        first = client.completions.create(model="tiny", prompt="the clause", max_tokens=3, temperature=0)
+        dark = tree.served_by(first._request_id or "")[0]
+        other = next(name for name in tree.executors if name != dark)
+        registry = tree.router.service.registry
+        deadline = time.monotonic() + 10
+        while not any(registry.executors[dark].beat.resident.values()):
+            assert time.monotonic() < deadline, "the first executor's heartbeat never showed its experts"
+            time.sleep(0.05)
+        tree.apis[dark].close()  # its port is dark; its heartbeats still arrive
         answers = [
             client.completions.create(model="tiny", prompt="the clause", max_tokens=3, temperature=0)
             for _ in range(8)
         ]
         stats = tree.stats()
-        failed = tree.router.service.registry.executors["exec-a"].failures
+        failed = registry.executors[dark].failures
         breaker = {
             e["executor"]: e["breaker"] for e in httpx.get(tree.url + "/tree/executors").json()["executors"]
         }
-        tree.apis["exec-b"].close()
+        tree.apis[other].close()
         with pytest.raises(openai.InternalServerError) as none_left:
             client.completions.create(model="tiny", prompt="the clause", max_tokens=3)
-    assert {tree.served_by(a._request_id or "")[0] for a in answers} == {"exec-b"}
-    assert stats["by_executor"] == {"exec-b": 8} and stats["failovers"] == failed >= 1
-    assert breaker == {"exec-a": "open" if failed >= 3 else "closed", "exec-b": "closed"}
+    assert {tree.served_by(a._request_id or "")[0] for a in answers} == {other}
+    assert stats["by_executor"] == {dark: 1, other: 8} and stats["failovers"] == failed >= 1
+    assert breaker == {dark: "open" if failed >= 3 else "closed", other: "closed"}
     assert none_left.value.status_code == 503 and none_left.value.code == "no_executor"
     unserved = record(tree.router.service, none_left.value.request_id or "")
     assert (unserved["status"], unserved["agent_id"], unserved["tokens_in"]) == ("error", "router-1", 0)
     assert [hop["layer"] for hop in unserved["hops"]] == ["L1"]
-    assert unserved["model_id"] == tree.executors["exec-b"].agent.service.engine.model_id
+    assert unserved["model_id"] == tree.executors[other].agent.service.engine.model_id
 
 
 def test_executors_serve_only_what_their_router_decided_and_the_router_refuses_with_records(
@@ -354,3 +366,76 @@ def test_a_request_the_router_lost_is_superseded_when_it_starts_again(
     now = datetime.now(UTC)
     superseded = superseded_attempts([contract.code], now - timedelta(days=1), now + timedelta(days=1))
     assert [attempt.record_id for attempt in superseded] == [record_id]
+
+
+LINE_CONFIG = """\
+version: 1
+subtrees:
+  default:
+    kind: inference
+    executors: [exec-a, exec-b]
+    sla: {p99_ms: 300, max_concurrency: 1}
+    queue: 2
+    priorities:
+      - {sla_class: gold, priority: 9}
+      - {sla_class: '*', priority: 3}
+"""
+
+
+def test_a_subtrees_line_serves_by_priority_and_turns_away_when_full(
+    live_server: Any, tiny_model: Path, tmp_path: Path
+) -> None:
+    """With --tree-config the default subtree runs one request at a time: a standard request waits, a
+    gold one arriving after it is served first, and one more finds the line (2) full: 429 queue_full
+    with an unbilled rejected record from the router."""
+    contract = ContractFactory.create()
+    config = tmp_path / "tree-config.yaml"
+    config.write_text(LINE_CONFIG)
+    with serving_tree(live_server, tiny_model, tmp_path, contract, config) as tree:
+        gold = customer(tree, contract)
+        standard = openai.OpenAI(
+            base_url=tree.url + "/v1",
+            api_key=issue_api_key(contract_code=contract.code, sla_class="standard").secret,
+            max_retries=0,
+        )
+        tree.router.entitlements.refresh()
+        for harness in tree.executors.values():
+            harness.agent.entitlements.refresh()
+        lines = tree.router.service.lines
+        assert lines is not None
+
+        def ask(client: openai.OpenAI, tokens: int) -> Any:
+            return client.completions.create(
+                model="tiny", prompt="the clause", max_tokens=tokens, temperature=0
+            )
+
+        def until(check: Any) -> None:
+            deadline = time.monotonic() + 20
+            while not check():
+                assert time.monotonic() < deadline
+                time.sleep(0.005)
+
+        with ThreadPoolExecutor(3) as pool:
+            running = pool.submit(ask, standard, 200)
+            until(lambda: lines.running["default"] == 1)
+            later = pool.submit(ask, standard, 4)
+            until(lambda: lines.waiting("default") == 1)
+            sooner = pool.submit(ask, gold, 4)
+            until(lambda: lines.waiting("default") == 2)
+            with pytest.raises(openai.RateLimitError) as full:
+                ask(gold, 4)
+            answers = {
+                name: future.result()
+                for name, future in (("running", running), ("later", later), ("sooner", sooner))
+            }
+        stats = tree.stats()
+    ends = {name: tree.served_by(answer._request_id or "")[1]["end_ns"] for name, answer in answers.items()}
+    assert ends["running"] < ends["sooner"] < ends["later"]  # gold (9) before standard (3), one at a time
+    assert full.value.code == "queue_full" and full.value.response.headers["retry-after"] == "1"
+    turned_away = record(tree.router.service, full.value.request_id or "")
+    assert (turned_away["status"], turned_away["agent_id"], turned_away["tokens_in"]) == (
+        "rejected",
+        "router-1",
+        0,
+    )
+    assert sum(stats["by_executor"].values()) == 3 and lines.running["default"] == 0
