@@ -25,7 +25,7 @@ L2_CONFIRMATION = ("L1", "L2", "L3", "L1")
 PATHS = {L2_CONFIRMATION, ("L1", "L3", "L1")}
 ANY = "*"
 DEFAULT_SUBTREE = "default"
-SUBTREE_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$")
+SUBTREE_NAME = re.compile(r"^[a-z0-9][a-z0-9._-]{0,63}$")  # a record slug: it goes into the decision
 
 
 class RulesError(ValueError):
@@ -75,21 +75,28 @@ class Decision:
     subtree: str
     l2_confirmation: bool
     queued: bool = False
+    fallback_from: str | None = None  # the subtree chosen, when its breaker sent the request to ``subtree``
 
     def as_json(self) -> dict[str, Any]:
         """What a decision kept on disk holds (a job waiting, a request in flight)."""
-        return {
+        kept = {
             "domain": self.domain,
             "confidence": self.confidence,
             "path": list(self.path),
             "subtree": self.subtree,
             "l2_confirmation": self.l2_confirmation,
         }
+        return kept if self.fallback_from is None else {**kept, "fallback_from": self.fallback_from}
 
     @classmethod
     def from_json(cls, kept: dict[str, Any]) -> Decision:
         return cls(
-            kept["domain"], kept["confidence"], tuple(kept["path"]), kept["subtree"], kept["l2_confirmation"]
+            kept["domain"],
+            kept["confidence"],
+            tuple(kept["path"]),
+            kept["subtree"],
+            kept["l2_confirmation"],
+            fallback_from=kept.get("fallback_from"),
         )
 
 

@@ -95,7 +95,10 @@ SUPERSEDES_MAX = 8
 # receipt of the request to the job's dispatch (the queue hop). The record's start is still the receipt.
 QUEUED_US = "queued_us"
 QUEUED_US_LIMIT = 2**40  # about 12.7 days
-OPTIONAL_CLAIMS = (QUEUED_US, SUPERSEDES)
+# An optional claim, present only while the decided subtree's breaker is open: the subtree the policy
+# chose, whose fallback (``subtree``) served instead (docs/scheduler.md).
+FALLBACK_FROM = "fallback_from"
+OPTIONAL_CLAIMS = (FALLBACK_FROM, QUEUED_US, SUPERSEDES)
 CONFIDENCE_PPM_MAX = 1_000_000
 PATH_MAX = 8
 PREHEAT_MAX = 1024
@@ -374,6 +377,12 @@ def check_claims(claims: Any) -> dict[str, Any]:
         _check_supersedes(claims)
     if QUEUED_US in claims:
         _uint(claims[QUEUED_US], f"{where}.{QUEUED_US}", QUEUED_US_LIMIT, 1)
+    if FALLBACK_FROM in claims:
+        _slug_field(claims[FALLBACK_FROM], f"{where}.{FALLBACK_FROM}")
+        if claims[FALLBACK_FROM] == claims["subtree"]:
+            _fail(
+                INVALID_VALUE, f"{where}.{FALLBACK_FROM}", f"{where}.{FALLBACK_FROM} must be another subtree"
+            )
     if type(claims["record_id"]) is not str or _uuid7(claims["record_id"]) is None:
         _fail(INVALID_VALUE, where + ".record_id", "decision.claims.record_id must be a UUIDv7")
     for name in ("router", "subtree", "executor"):

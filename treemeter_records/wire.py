@@ -72,12 +72,14 @@ Layer = Literal["L1", "L2", "L3"]
 
 
 class WireClaims(Struct, forbid_unknown_fields=True, gc=False, omit_defaults=True, kw_only=True):
-    """A v2 record's router claims; fields in canonical key order (``supersedes`` only on a retry)."""
+    """A v2 record's router claims; fields in canonical key order (``supersedes`` only on a retry,
+    ``queued_us`` on a job, ``fallback_from`` while the decided subtree's breaker is open)."""
 
     confidence_ppm: Annotated[int, Meta(ge=0, le=CONFIDENCE_PPM_MAX)] | None
     decided_ns: Positive63
     domain: Slug | None
     executor: Slug
+    fallback_from: Slug | None = None
     l1_in_us: U32
     l2_confirmation: bool
     node: Annotated[str, Meta(pattern=rf"^{L1_NODE_PATTERN}\Z")]
@@ -192,6 +194,7 @@ def _agrees(rec: WireRecord, claims: WireClaims) -> bool:
         and (layers == claims.path or (rec.status == "rejected" and layers == ("L1",)))
         and all(hop.node == claims.node for hop in hops if hop.layer == "L1")
         and hops[0].latency_us >= claims.l1_in_us
+        and claims.fallback_from != claims.subtree
     )
 
 

@@ -85,6 +85,7 @@ def create_router_app(service: RouterService, client: ExecutorClient, jobs: Jobs
                 )
             except ApiError as error:
                 return refused(error)
+        routing = service.fallback(routing)
         slot = Slot(None, routing.decision.subtree)
         if service.lines is not None:
             try:

@@ -19,7 +19,7 @@ import orjson
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey, Ed25519PublicKey
 
 from treemeter_records import RecordError, canonical_bytes, protocol
-from treemeter_records.validation import QUEUED_US, SUPERSEDES, check_claims, receipt_ns
+from treemeter_records.validation import FALLBACK_FROM, QUEUED_US, SUPERSEDES, check_claims, receipt_ns
 
 from ..router import Decision
 from ..wire import ApiError
@@ -84,6 +84,8 @@ def decision_claims(
         claims[SUPERSEDES] = list(supersedes)
     if queued_us:
         claims[QUEUED_US] = queued_us
+    if decision.fallback_from is not None:
+        claims[FALLBACK_FROM] = decision.fallback_from
     return claims
 
 

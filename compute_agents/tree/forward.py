@@ -82,6 +82,8 @@ class NoExecutor(Exception):
 SignFor = Callable[[Executor, tuple[str, ...]], tuple[str, dict[str, str]]]
 # Transport errors: any of them fails the attempt over.
 TRANSPORT_ERRORS = (aiohttp.ClientError, asyncio.TimeoutError)
+# No answer in time (connect or read): what the subtree's breaker counts.
+TIMEOUTS = (asyncio.TimeoutError, aiohttp.ServerTimeoutError)
 # Those raised before the request could reach the executor (refused, unreachable, connect timeout).
 UNDELIVERED = (aiohttp.ClientConnectorError, aiohttp.ConnectionTimeoutError)
 
@@ -112,7 +114,7 @@ async def send(
             response = await _post(client, executor.beat.url + route, body, headers, stream)
         except TRANSPORT_ERRORS as error:
             log.warning("executor_unreachable", executor=executor.beat.executor, error=repr(error))
-            registry.finished(executor, ok=False)
+            registry.finished(executor, ok=False, timeout=isinstance(error, TIMEOUTS))
             if not isinstance(error, UNDELIVERED):
                 unanswered.append(record_id)
             continue

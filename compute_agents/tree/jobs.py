@@ -121,8 +121,10 @@ class JobRunner:
         decision = Decision.from_json(saved)
         queued_us = max(1, (dispatched_ns - job.received_ns) // 1000)
         experts = self.service.experts.preheat(decision.domain)
-        routing = Routing(
-            job.route, entitlement, decision, saved["model"], job.received_ns, mark, queued_us, experts
+        routing = self.service.fallback(
+            Routing(
+                job.route, entitlement, decision, saved["model"], job.received_ns, mark, queued_us, experts
+            )
         )
         incoming = {"authorization": authorization or "", "content-type": "application/json"}
 
@@ -135,7 +137,7 @@ class JobRunner:
             attempt = await send(
                 self.client,
                 self.service.registry,
-                decision.subtree,
+                routing.decision.subtree,
                 routing.model,
                 job.route,
                 job.body,

@@ -2,6 +2,10 @@
 and a circuit breaker each. Nothing here does I/O; the router's HTTP layer feeds it heartbeats and
 outcomes, and asks it for an executor.
 
+Each subtree has a breaker too, fed by timeouts alone (``finished(…, timeout=True)``): 3 in a row
+across its executors open it, and the router sends the subtree's requests to its fallback subtree
+(docs/scheduler.md) until a half-open probe to the subtree succeeds.
+
 The choice: cache affinity first. Given the experts a request's domain is predicted to use, the
 executor that holds the most of them resident takes it (ties: the less loaded, then at random), unless
 its load (requests in flight ÷ its capacity) is above ``AFFINITY_MAX_LOAD``. Otherwise, and when nothing
@@ -140,6 +144,7 @@ class Registry:
     clock: Callable[[], float] = time.monotonic
     rng: random.Random = field(default_factory=random.Random)
     executors: dict[str, Executor] = field(default_factory=dict)
+    subtrees: dict[str, Breaker] = field(default_factory=dict)  # by subtree, fed by timeouts
     lock: threading.Lock = field(default_factory=threading.Lock)
 
     def heartbeat(self, beat: Heartbeat) -> None:
@@ -215,15 +220,42 @@ class Registry:
         pair = self.rng.sample(candidates, 2) if len(candidates) > 1 else candidates
         return min(pair, key=lambda e: e.load)
 
-    def finished(self, executor: Executor, *, ok: bool) -> None:
+    def finished(self, executor: Executor, *, ok: bool, timeout: bool = False) -> None:
+        """An attempt ended: an answer (``ok``), or a failure (``timeout``: no answer in time)."""
         with self.lock:
             executor.inflight -= 1
+            subtree = self._subtree_breaker(executor.beat.subtree)
             if ok:
                 executor.served += 1
                 executor.breaker.succeeded()
+                subtree.succeeded()
+                return
+            executor.failures += 1
+            executor.breaker.failed(self.clock())
+            if timeout:
+                subtree.failed(self.clock())
             else:
-                executor.failures += 1
-                executor.breaker.failed(self.clock())
+                subtree.probing = False  # a probe that failed otherwise says nothing: another may probe
+
+    def subtree_allows(self, subtree: str) -> bool:
+        """May a request go to ``subtree`` now, or must it take the fallback? A half-open subtree lets
+        one probe through at a time."""
+        with self.lock:
+            breaker = self._subtree_breaker(subtree)
+            if not breaker.allows(self.clock()):
+                return False
+            breaker.begin()
+            return True
+
+    def subtree_state(self, subtree: str) -> str:
+        with self.lock:
+            return self._subtree_breaker(subtree).state
+
+    def _subtree_breaker(self, subtree: str) -> Breaker:
+        breaker = self.subtrees.get(subtree)
+        if breaker is None:
+            breaker = self.subtrees[subtree] = Breaker(self.cooldown_s)
+        return breaker
 
     def released(self, executor: Executor) -> None:
         """The request ended without telling anything about the executor's health (the client left)."""

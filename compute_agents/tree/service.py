@@ -17,7 +17,7 @@ import threading
 import time
 import uuid
 from collections import Counter, deque
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any, Protocol
 
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey, Ed25519PublicKey
@@ -52,6 +52,7 @@ class TreeStats:
     by_path: Counter[str] = field(default_factory=Counter)
     failovers: int = 0
     unserved: int = 0
+    fallbacks: Counter[str] = field(default_factory=Counter)  # by the subtree fallen back from
     decision_us: deque[int] = field(default_factory=lambda: deque(maxlen=DECISIONS_KEPT))
     lock: threading.Lock = field(default_factory=threading.Lock)  # decisions are made in a thread pool
 
@@ -60,6 +61,10 @@ class TreeStats:
             self.decision_us.append(elapsed_us)
             self.by_domain[decision.domain or "-"] += 1
             self.by_path[">".join(decision.path)] += 1
+
+    def fell_back(self, subtree: str) -> None:
+        with self.lock:
+            self.fallbacks[subtree] += 1
 
     def as_dict(self) -> dict[str, Any]:
         with self.lock:
@@ -74,6 +79,7 @@ class TreeStats:
             "by_path": dict(self.by_path),
             "failovers": self.failovers,
             "unserved": self.unserved,
+            "fallbacks": dict(self.fallbacks),
             "decision_us": {"p50": pct(0.5), "p99": pct(0.99), "count": len(ordered)},  # the last ones
         }
 
@@ -194,6 +200,16 @@ class RouterService:
         headers = {name: incoming[name] for name in FORWARDED_HEADERS if name in incoming}
         headers[DECISION_HEADER] = encode_decision(claims, self.key)
         return record_id, headers
+
+    def fallback(self, routing: Routing) -> Routing:
+        """``routing`` as it goes: to its subtree, or, while that subtree's breaker is open (timeouts),
+        to the subtree's fallback in the tree config, the decision naming the subtree it falls back from."""
+        subtree = self.tree.subtrees.get(routing.decision.subtree) if self.tree is not None else None
+        if subtree is None or subtree.fallback is None or self.registry.subtree_allows(subtree.name):
+            return routing
+        self.stats.fell_back(subtree.name)
+        decision = replace(routing.decision, subtree=subtree.fallback, fallback_from=subtree.name)
+        return replace(routing, decision=decision)
 
     def priority(self, routing: Routing) -> int:
         """The request's place in its subtree's line: the tree config's rule for its package and SLA

@@ -13,6 +13,8 @@ router and executor signatures ingest checks):
 
 from __future__ import annotations
 
+import copy
+import json
 import os
 import select
 import signal
@@ -29,11 +31,13 @@ from pathlib import Path
 from typing import Any
 
 import httpx
+import orjson
 import pytest
 
 from agents.services import register_agent
 from clickhouse_store import query
 from clickhouse_store.queries.billing import superseded_attempts
+from compute_agents.default_rules import DEFAULT_RULES
 from compute_agents.runtime import pin_platform_key
 from compute_agents.tree.registry import BREAKER_FAILURES
 from entitlements.services import issue_api_key
@@ -183,7 +187,9 @@ class Tree:
             *("--executor-timeout", str(executor_timeout_s), *extra),
         )
 
-    def start_executor(self, name: str, model: Path, port: int = 0, advertised: str = "") -> None:
+    def start_executor(
+        self, name: str, model: Path, port: int = 0, advertised: str = "", subtree: str = "default"
+    ) -> None:
         """An executor; with ``advertised`` (a proxy's URL) the router reaches it there (its heartbeats
         still go straight to the router)."""
         directory = self.root / name
@@ -195,6 +201,7 @@ class Tree:
             *("--model-dir", str(model), "--port", str(port), "--threads", "1"),
             *("--router-url", self.router_url, "--router-key", self.keys["router-1"]),
             *("--advertise-url", advertised, "--batch-size", "5", "--batch-age", "0.1"),
+            *("--subtree", subtree),
         )
 
     def _spawn(self, directory: Path, *args: str) -> subprocess.Popen[bytes]:
@@ -460,3 +467,70 @@ def test_an_answer_lost_on_the_way_back_with_no_other_executor(
     assert ran_status == "ok" and ran_id in superseded  # it ran, its answer was lost: not billed
     assert (refusal_status, refusal_is_v2, refusal_id) == ("error", True, answer.headers["x-request-id"])
     assert not RejectedRecord.objects.exists()  # ingest verified the router's own v2 record
+
+
+FALLBACK_CONFIG = """\
+version: 1
+subtrees:
+  main:
+    kind: inference
+    executors: [exec-a]
+    sla: {p99_ms: 300, max_concurrency: 8}
+    fallback: cpu
+  cpu:
+    kind: inference
+    executors: [exec-b]
+    sla: {p99_ms: 2000, max_concurrency: 8}
+"""
+
+
+def test_a_subtree_that_times_out_falls_back_and_a_probe_brings_it_back(
+    tree: Tree, tiny_model: Path, live_server: Any
+) -> None:
+    """Every request goes to subtree main (exec-a, behind a proxy); cpu (exec-b) is its fallback. With
+    the proxy stalled, 3 requests time out (1 s each; main has nobody else: 503, unbilled); then the
+    subtree's breaker sends requests to cpu, each record's decision naming ``fallback_from: main``.
+    Once the network is back and the cooldown over, one probe to main succeeds and main serves again."""
+    rules = copy.deepcopy(DEFAULT_RULES)
+    for row in rules["policy"]:
+        row["subtree"] = "main"
+    (tree.root / "rules.json").write_text(json.dumps(rules))
+    (tree.root / "tree-config.yaml").write_text(FALLBACK_CONFIG)
+    port = free_port()
+    proxy = Outage(f"http://127.0.0.1:{port}")
+    tree.register("router-1", live_server.url, kind="router")
+    for name in EXECUTORS:
+        tree.register(name, live_server.url)
+    tree.start_router(
+        1, "--rules", str(tree.root / "rules.json"), "--tree-config", str(tree.root / "tree-config.yaml")
+    )
+    tree.start_executor("exec-a", tiny_model, port=port, advertised=proxy.url, subtree="main")
+    tree.start_executor("exec-b", tiny_model, subtree="cpu")
+    tree.healthy()
+    assert tree.ask("warm", "contract clause")  # main answers
+    proxy.stall()
+    timed_out = [tree.ask(f"timeout-{n}", "contract clause") for n in range(3)]
+    fallen = [tree.ask(f"fallback-{n}", "contract clause") for n in range(3)]
+    stats = httpx.get(tree.router_url + "/tree/stats", timeout=5).json()
+    proxy.stalled.clear()
+    time.sleep(2.5)  # the breakers' cooldown (2 s): the next request probes main
+    assert tree.ask("probe", "contract clause")
+    assert tree.ask("back", "contract clause")
+    tree.stop_and_drain(live_server.url)
+    figures = tree.check_billing()
+    assert timed_out == [False] * 3 and fallen == [True] * 3
+    assert stats["fallbacks"] == {"main": 3}
+    rows: dict[str, tuple[str, dict[str, Any]]] = {
+        request: (agent, orjson.loads(decision)["claims"])
+        for request, agent, decision in query.select(
+            f"SELECT client_request_id, agent_id, decision FROM {query.RECORDS} "
+            "WHERE status = 'ok' AND decision != ''"
+        )
+    }
+    for n in range(3):
+        agent, claims = rows[f"fallback-{n}"]
+        assert agent == "exec-b" and claims["subtree"] == "cpu" and claims["fallback_from"] == "main"
+    for request in ("warm", "probe", "back"):
+        agent, claims = rows[request]
+        assert agent == "exec-a" and claims["subtree"] == "main" and "fallback_from" not in claims
+    print(f"subtree fallback: {figures}, fallbacks {stats['fallbacks']}")

@@ -210,3 +210,35 @@ def test_a_heartbeat_without_capacity_counts_one_and_a_bad_capacity_is_refused()
     assert beat("new", capacity=4).capacity == 4
     with pytest.raises(HeartbeatError, match="capacity must be at least 1"):
         beat("bad", capacity=0)
+
+
+def test_a_subtree_breaker_counts_timeouts_alone_and_lets_one_probe_through(
+    registry: Registry, clock: Clock
+) -> None:
+    """Three timeouts in a row across the subtree's executors open its breaker (refusals do not count,
+    nor break the streak; an answer does); after the cooldown one probe goes, whose answer closes it."""
+    for name in ("ex-1", "ex-2"):
+        registry.heartbeat(beat(name, capacity=8))
+    one, two = registry.executors["ex-1"], registry.executors["ex-2"]
+
+    def attempt(executor: Any, *, ok: bool = False, timeout: bool = False) -> None:
+        executor.inflight += 1
+        registry.finished(executor, ok=ok, timeout=timeout)
+
+    attempt(one, timeout=True)
+    attempt(two, timeout=True)
+    attempt(one)  # refused: not a timeout
+    assert registry.subtree_state("default") == CLOSED and registry.subtree_allows("default")
+    attempt(two, ok=True)  # an answer: the streak starts again
+    for executor in (one, two, one):
+        attempt(executor, timeout=True)
+    assert registry.subtree_state("default") == OPEN and not registry.subtree_allows("default")
+    assert registry.subtree_state("other") == CLOSED and registry.subtree_allows("other")
+
+    clock.now += 2.5
+    assert registry.subtree_allows("default")  # the probe
+    assert registry.subtree_state("default") == HALF_OPEN and not registry.subtree_allows("default")
+    attempt(two)  # the probe refused, not timed out: it says nothing, another may probe
+    assert registry.subtree_allows("default") and not registry.subtree_allows("default")
+    attempt(two, ok=True)
+    assert registry.subtree_state("default") == CLOSED and registry.subtree_allows("default")

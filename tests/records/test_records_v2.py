@@ -142,6 +142,19 @@ V2_CASES: list[tuple[str, Mutation, str, str]] = [
         "start_ns",
     ),
     (
+        "a fallback from its own subtree",
+        lambda r: r["decision"]["claims"].__setitem__("fallback_from", r["decision"]["claims"]["subtree"]),
+        "invalid_value",
+        "decision.claims.fallback_from",
+    ),
+    (
+        "a fallback from no slug",
+        _claims("fallback_from", "Legal GPU"),
+        "invalid_value",
+        "decision.claims.fallback_from",
+    ),
+    ("a fallback as a number", _claims("fallback_from", 7), "wrong_type", "decision.claims.fallback_from"),
+    (
         "supersedes itself",
         lambda r: r["decision"]["claims"].__setitem__("supersedes", [r["record_id"]]),
         "invalid_value",
@@ -231,3 +244,14 @@ def test_a_queued_job_starts_at_the_receipt_before_its_queue_wait() -> None:
     assert decode_record(line)["start_ns"] == claims["decided_ns"] - (claims["l1_in_us"] + 90_000_000) * 1000
     fast = fast_record(line)
     assert fast is not None and fast.decision is not None and fast.decision.claims.queued_us == 90_000_000
+
+
+def test_a_fallback_names_the_subtree_the_policy_chose_and_both_paths_accept_it() -> None:
+    record = v2_record()
+    record["decision"]["claims"]["fallback_from"] = "legal-gpu"
+    line = json.dumps(record, sort_keys=True, separators=(",", ":"), ensure_ascii=False).encode()
+    assert decode_record(line)["decision"]["claims"]["fallback_from"] == "legal-gpu"
+    fast = fast_record(line)
+    assert fast is not None and fast.decision is not None
+    assert fast.decision.claims.fallback_from == "legal-gpu"
+    assert canonical_bytes(decode_record(line)) == line  # the claim keeps its canonical place

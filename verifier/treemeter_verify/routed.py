@@ -26,6 +26,10 @@ SUPERSEDES_MAX = 8
 # of the request to the job's dispatch (the queue hop). The record's start is still the receipt.
 QUEUED_US = "queued_us"
 QUEUED_US_LIMIT = 2**40  # about 12.7 days
+# The optional claim of a request served by its subtree's fallback while that subtree's breaker was
+# open: the subtree the policy chose (``subtree`` names the one that served).
+FALLBACK_FROM = "fallback_from"
+_slug = re.compile(r"[a-z0-9][a-z0-9._-]{0,63}").fullmatch
 _uuid7 = re.compile(r"[0-9a-f]{8}-[0-9a-f]{4}-7[0-9a-f]{3}-[89ab][0-9a-f]{3}-[0-9a-f]{12}").fullmatch
 
 
@@ -54,6 +58,7 @@ def routing_problem(record: dict[str, Any], agents: dict[str, bytes]) -> str | N
             )
             or _supersedes_problem(decision["claims"])
             or _queued_problem(decision["claims"])
+            or _fallback_problem(decision["claims"])
             or _disagreement(record, decision["claims"])
         )
     except (KeyError, TypeError, ValueError, AttributeError, IndexError):
@@ -117,6 +122,19 @@ def _queued_problem(claims: dict[str, Any]) -> str | None:
         return f"{where} must not be negative"
     if not 1 <= queued < QUEUED_US_LIMIT:
         return f"{where} must be in [1, {QUEUED_US_LIMIT})"
+    return None
+
+
+def _fallback_problem(claims: dict[str, Any]) -> str | None:
+    """Why the optional ``fallback_from`` claim is malformed (a subtree name other than ``subtree``);
+    None when absent."""
+    if FALLBACK_FROM not in claims:
+        return None
+    where, origin = f"decision.claims.{FALLBACK_FROM}", claims[FALLBACK_FROM]
+    if type(origin) is not str or _slug(origin) is None:
+        return f"{where} must match ^[a-z0-9][a-z0-9._-]{{0,63}}$"
+    if origin == claims["subtree"]:
+        return f"{where} must be another subtree"
     return None
 
 
