@@ -34,6 +34,10 @@ DECISION_DOMAIN = b"treemeter-decision-v1\n"
 SNAPSHOT_PATH = "/v1/entitlements/snapshot"
 PLATFORM_KEY_PATH = "/v1/entitlements/platform-key"
 LEASES_PATH = "/v1/entitlements/leases"
+# A router's scheduler events (borrows, returns, scaling steps; docs/scheduler.md), signed like any agent
+# request: ``{"events": [{"id", "kind", "at_ns", "subtree", "reason", "figures", "executor"?, "lender"?}]}``.
+SCHEDULER_EVENTS_PATH = "/v1/agents/scheduler-events"
+SCHEDULER_EVENTS_MAX = 500  # events in one post
 HEADER_AGENT = "X-Treemeter-Agent"
 HEADER_KEY_ID = "X-Treemeter-Key-Id"
 HEADER_TIMESTAMP = "X-Treemeter-Timestamp"
