@@ -47,6 +47,14 @@ def create_router_app(service: RouterService, client: ExecutorClient, jobs: Jobs
     app = FastAPI(title="Treemeter L1 router", docs_url=None, redoc_url=None, lifespan=lifespan)
     metrics = CollectorRegistry()
     routed = Counter("treemeter_router_requests", "Requests by outcome", ["outcome"], registry=metrics)
+    if service.scheduling is not None:
+        moved = Counter(
+            "treemeter_router_scheduler_events",
+            "Scheduler events (borrow, return, scale_up, scale_down) by subtree",
+            ["kind", "subtree"],
+            registry=metrics,
+        )
+        service.scheduling.listeners.append(lambda event: moved.labels(event.kind, event.subtree).inc())
 
     app.add_exception_handler(HTTPException, http_error)
 
@@ -199,6 +207,13 @@ def create_router_app(service: RouterService, client: ExecutorClient, jobs: Jobs
     @app.get("/tree/stats")
     async def stats() -> dict[str, Any]:
         return service.stats.as_dict()
+
+    @app.get("/tree/scheduler")
+    async def scheduler() -> dict[str, Any]:
+        """The subtrees' loads and lines, the units lent now, and the event outbox's counts."""
+        if service.scheduling is None:
+            return {"configured": False}
+        return service.scheduling.snapshot()
 
     if jobs is not None:
         add_job_routes(app, jobs)

@@ -122,6 +122,12 @@ class Executor:
     inflight: int = 0  # requests this router has sent and not yet seen finish
     served: int = 0
     failures: int = 0
+    lent_to: str | None = None  # the subtree that borrowed it (docs/scheduler.md), if any
+
+    @property
+    def serving(self) -> str:
+        """The subtree it serves now: its own (its heartbeat's), or the one it is lent to."""
+        return self.lent_to or self.beat.subtree
 
     @property
     def load(self) -> int:
@@ -167,7 +173,7 @@ class Registry:
             e
             for name, e in self.executors.items()
             if name not in skipped
-            and e.beat.subtree == subtree
+            and e.serving == subtree
             and model in e.beat.served_names
             and now - e.seen_at <= self.stale_after_s
             and e.breaker.allows(now)
@@ -180,9 +186,7 @@ class Registry:
             return sum(
                 e.beat.capacity
                 for e in self.executors.values()
-                if e.beat.subtree == subtree
-                and now - e.seen_at <= self.stale_after_s
-                and e.breaker.state != OPEN
+                if e.serving == subtree and now - e.seen_at <= self.stale_after_s and e.breaker.state != OPEN
             )
 
     def choose(
@@ -224,7 +228,7 @@ class Registry:
         """An attempt ended: an answer (``ok``), or a failure (``timeout``: no answer in time)."""
         with self.lock:
             executor.inflight -= 1
-            subtree = self._subtree_breaker(executor.beat.subtree)
+            subtree = self._subtree_breaker(executor.serving)
             if ok:
                 executor.served += 1
                 executor.breaker.succeeded()
@@ -236,6 +240,23 @@ class Registry:
                 subtree.failed(self.clock())
             else:
                 subtree.probing = False  # a probe that failed otherwise says nothing: another may probe
+
+    def lend(self, executors: Iterable[str], borrower: str | None) -> None:
+        """Serve ``executors`` to ``borrower`` from now on (None: back to their own subtrees)."""
+        with self.lock:
+            for name in executors:
+                if name in self.executors:
+                    self.executors[name].lent_to = borrower
+
+    def serving(self) -> dict[str, list[Executor]]:
+        """The fresh executors by the subtree they serve now."""
+        now = self.clock()
+        by_subtree: dict[str, list[Executor]] = {}
+        with self.lock:
+            for e in self.executors.values():
+                if now - e.seen_at <= self.stale_after_s:
+                    by_subtree.setdefault(e.serving, []).append(e)
+        return by_subtree
 
     def subtree_allows(self, subtree: str) -> bool:
         """May a request go to ``subtree`` now, or must it take the fallback? A half-open subtree lets
@@ -289,6 +310,7 @@ class Registry:
                     "executor": name,
                     "url": e.beat.url,
                     "subtree": e.beat.subtree,
+                    "serving": e.serving,
                     "model_id": e.beat.model_id,
                     "healthy": now - e.seen_at <= self.stale_after_s and e.breaker.state != OPEN,
                     "breaker": e.breaker.state,

@@ -20,11 +20,13 @@ from ..runtime import open_entitlements, open_shipper
 from ..scheduler.config import TreeConfig
 from ..shipper import Shipper
 from ..spool import Spool
+from .events import EventOutbox, EventShipper
 from .forward import ExecutorClient
 from .inflight import InFlightLedger
 from .jobs import JobRunner
 from .jobs_api import JobsApi
 from .registry import Registry
+from .scheduling import TreeScheduling
 from .service import RouterService
 
 log = structlog.get_logger("compute_agents.tree")
@@ -55,6 +57,7 @@ class TreeRouter:
     shipper: Shipper
     entitlements: EntitlementStore
     jobs: JobQueue | None = None
+    events: EventShipper | None = None  # with a tree config: the scheduler's events to the platform
 
     def start(self) -> None:
         lost = self.service.recover_lost()
@@ -64,11 +67,18 @@ class TreeRouter:
         self.shipper.start()
         if self.jobs is not None:
             self.jobs.publisher.start()
+        if self.service.scheduling is not None and self.events is not None:
+            self.service.scheduling.start()
+            self.events.start()
 
     def stop(self) -> None:
         if self.jobs is not None:
             self.jobs.publisher.stop()
             self.jobs.store.close()
+        if self.service.scheduling is not None and self.events is not None:
+            self.service.scheduling.stop()
+            self.events.stop()
+            self.events.outbox.close()
         self.entitlements.stop()
         self.shipper.stop()
         self.service.inflight.close()
@@ -114,6 +124,11 @@ def build_router(settings: RouterSettings, seed: bytes) -> TreeRouter:
     shipper = open_shipper(
         spool, settings.platform_url, settings.agent_id, key, settings.batch_size, settings.batch_age_s
     )
+    events = None
+    if tree is not None and service.lines is not None:
+        outbox = EventOutbox(settings.data_dir / "events.sqlite3")
+        service.scheduling = TreeScheduling(tree, service.registry, service.lines, outbox)
+        events = EventShipper(outbox, settings.platform_url, settings.agent_id, key)
     jobs = None
     if settings.jobs_broker:
         store = JobStore(settings.data_dir / "jobs.sqlite3", key)
@@ -128,4 +143,4 @@ def build_router(settings: RouterSettings, seed: bytes) -> TreeRouter:
         raise QueueNotConfigured(
             "the rules queue a request class (a policy row 'queued'): give --jobs-broker"
         )
-    return TreeRouter(service, shipper, entitlements, jobs)
+    return TreeRouter(service, shipper, entitlements, jobs, events)

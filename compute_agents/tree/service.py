@@ -37,6 +37,7 @@ from .inflight import InFlightLedger
 from .lines import SubtreeLines
 from .preparation import DomainExperts, parse_experts_header
 from .registry import Executor, Heartbeat, HeartbeatError, Registry
+from .scheduling import TreeScheduling
 
 NO_WEIGHTS = "0" * 64  # a router record for a model no executor ever reported: no weights ran
 FORWARDED_HEADERS = ("authorization", "content-type", "x-request-id", "openai-organization")
@@ -138,6 +139,7 @@ class RouterService:
         self.inflight = inflight
         self.tree = tree
         self.lines = SubtreeLines(tree, registry.capacity) if tree is not None else None
+        self.scheduling: TreeScheduling | None = None  # set with a tree config (tree.runtime)
         self.stats = TreeStats()
         self.experts = DomainExperts()
 
