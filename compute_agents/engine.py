@@ -24,7 +24,8 @@ import torch
 
 from .checkpoint import MANIFEST, ExpertBlocks, chat_prompt, read_manifest, verify_weights
 from .decoding import Sampler, StepWatch, tokens_for_text
-from .expert_cache import CachedExperts, ExpertCache, RequestUse
+from .expert_cache import CachedExperts, CacheStats, ExpertCache, RequestUse
+from .host import memory_in_use
 
 
 @dataclass(frozen=True)
@@ -156,6 +157,8 @@ class TorchEngine(PromptLayout):
         threads: int | None = None,
         workers: int = 4,
         on_integrity_error: Any = None,
+        now: Callable[[], float] = time.monotonic,
+        memory: Callable[[], float] = memory_in_use,
     ) -> None:
         from transformers import AutoTokenizer, Qwen3MoeForCausalLM
         from transformers.utils import logging as hf_logging
@@ -182,6 +185,7 @@ class TorchEngine(PromptLayout):
             capacity=capacity,
             on_integrity_error=on_integrity_error,
             blocks=ExpertBlocks.from_manifest(manifest),
+            now=now,
         )
         self.preheat = capacity // 2 if preheat is None else preheat
         self.active = threading.local()  # .use: the RequestUse of the request this thread runs
@@ -189,6 +193,10 @@ class TorchEngine(PromptLayout):
             layer.mlp.experts = CachedExperts(layer.mlp.experts, index, self.cache, self.active)
         self.capture = capture
         self.workers = threading.BoundedSemaphore(workers)
+        self.worker_count = workers
+        self.memory = memory  # the host's memory in use, a share
+        self.running = 0  # requests holding a worker now: the load share's numerator
+        self.running_lock = threading.Lock()
 
     def generate(
         self,
@@ -204,9 +212,14 @@ class TorchEngine(PromptLayout):
         with self.workers, torch.inference_mode():
             use = RequestUse([[] for _ in range(self.moe_layers)] if self.capture else None, not use_l2)
             self.active.use = use
+            with self.running_lock:
+                self.running += 1
             try:
                 return self._generate(prompt, sampling, use, preheat, on_text, cancelled)
             finally:
+                with self.running_lock:
+                    self.running -= 1
+                self.cache.release(use)
                 del self.active.use
 
     def _generate(
@@ -224,6 +237,7 @@ class TorchEngine(PromptLayout):
         tokens_in = int(input_ids.shape[1])
         l2_started = time.perf_counter_ns()
         if use_l2 := not use.bypass:
+            self._place(use.stats)
             if preheat:
                 self.cache.preheat_experts(preheat, use.stats)
             else:
@@ -268,6 +282,15 @@ class TorchEngine(PromptLayout):
             expert_cache_hits=use.stats.hits,
             expert_cache_misses=use.stats.misses,
         )
+
+    def _place(self, request: CacheStats) -> None:
+        """The design's expert placement, first in the L2 step (before the request's own preheat, which has
+        the last word): unload the experts idle for a minute; above 85 % of load (requests running, this
+        one included, ÷ workers) or of the host's memory in use, evict the low-frequency ones; admit the
+        hot ones. (A full cache is not pressure: it is a cache doing its work.)"""
+        self.cache.unload_idle()
+        self.cache.relieve(self.running / self.worker_count, self.memory())
+        self.cache.preheat_frequent(request)
 
     def _decode(self, token_ids: list[int]) -> str:
         return str(self.tokenizer.decode(token_ids, skip_special_tokens=True))
