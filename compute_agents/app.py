@@ -105,6 +105,9 @@ def create_app(service: AgentService) -> FastAPI:
             try:
                 while (event := await queue.get()) is not None:
                     yield event
+                    # A turn of the loop per event: Starlette's disconnect listener runs, so a client that
+                    # went away stops the engine within an event, not after the queue has drained.
+                    await asyncio.sleep(0)
             finally:
                 cancelled.set()  # after the last event a no-op: the record is committed by then
 

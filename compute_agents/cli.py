@@ -11,7 +11,9 @@ from __future__ import annotations
 
 import argparse
 import os
+import signal
 import sys
+import threading
 import time
 from collections.abc import Sequence
 from pathlib import Path
@@ -28,6 +30,7 @@ from treemeter_records import (
     public_key_to_b64,
 )
 
+from .scheduler.actuator import Actuator
 from .synthetic import Workload, synthetic_records
 
 DEFAULT_KEY_FILE = "/var/lib/treemeter-agent/agent.key"
@@ -162,27 +165,59 @@ def serve(args: argparse.Namespace) -> int:
     from .runtime import build_agent
 
     configure_logging()
+    _stop_cleanly_on_sigterm()
     agent = build_agent(_settings(args), load_or_create_seed(Path(args.key_file)))
     try:
         agent.start()
     except SnapshotError as error:
         print(f"no entitlements: {error}", file=sys.stderr)
         return 1
+    server = uvicorn.Server(
+        uvicorn.Config(create_app(agent.service), host=args.host, port=args.port, log_level="warning")
+    )
+    failed: list[BaseException] = []
+
+    def announce() -> None:
+        """Once the API listens: the warm-up check, then the heartbeats (a failed check stops it)."""
+        while not server.started and not server.should_exit:
+            time.sleep(0.01)
+        try:
+            agent.announce()
+        except Exception as error:  # the engine's own errors: this replica must not serve
+            failed.append(error)
+            server.should_exit = True
+
+    threading.Thread(target=announce, name="announce", daemon=True).start()
     try:
-        uvicorn.run(create_app(agent.service), host=args.host, port=args.port, log_level="warning")
+        server.run()
     finally:
         agent.stop()
+    if failed:
+        print(f"the warm-up check failed: {failed[0]!r}", file=sys.stderr)
+        return 1
     return 0
 
 
-def _executor_keys(pairs: list[str]) -> dict[str, str]:
-    keys = {}
+def _stop_cleanly_on_sigterm() -> None:
+    """uvicorn shuts down on SIGTERM, then raises it again; with the default handler that ends the process
+    before the caller's ``finally`` (the spool closed, the replicas a router started stopped). As
+    ``SystemExit`` (status 143) it runs them."""
+
+    def stop(signum: int, _frame: object) -> None:
+        raise SystemExit(128 + signum)
+
+    signal.signal(signal.SIGTERM, stop)
+
+
+def _pairs(pairs: list[str], flag: str, shape: str) -> dict[str, str]:
+    """``NAME=VALUE`` options, each given once per name."""
+    found = {}
     for pair in pairs:
-        name, separator, public_key = pair.partition("=")
-        if not separator or not name or not public_key:
-            raise SystemExit(f"--executor takes AGENT_ID=PUBLIC_KEY, not {pair!r}.")
-        keys[name] = public_key
-    return keys
+        name, separator, value = pair.partition("=")
+        if not separator or not name or not value:
+            raise SystemExit(f"{flag} takes {shape}, not {pair!r}.")
+        found[name] = value
+    return found
 
 
 def router(args: argparse.Namespace) -> int:
@@ -193,14 +228,16 @@ def router(args: argparse.Namespace) -> int:
     from .scheduler.config import TreeConfigError
     from .tree.app import create_router_app
     from .tree.forward import ExecutorClient
-    from .tree.runtime import QueueNotConfigured, RouterSettings, build_router
+    from .tree.runtime import QueueNotConfigured, RouterSettings, ScalingNotConfigured, build_router
+    from .tree.supervisor import ReplicaSlotsError
 
     configure_logging()
+    _stop_cleanly_on_sigterm()
     settings = RouterSettings(
         agent_id=args.agent_id,
         platform_url=args.platform_url,
         data_dir=Path(args.data_dir),
-        executor_keys=_executor_keys(args.executor),
+        executor_keys=_pairs(args.executor, "--executor", "AGENT_ID=PUBLIC_KEY"),
         rules_file=Path(args.rules) if args.rules else None,
         tree_config=Path(args.tree_config) if args.tree_config else None,
         jobs_broker=args.jobs_broker,
@@ -209,8 +246,9 @@ def router(args: argparse.Namespace) -> int:
         public_url=args.public_url or f"http://{args.host}:{args.port}",
     )
     try:
-        router = build_router(settings, load_or_create_seed(Path(args.key_file)))
-    except (QueueNotConfigured, TreeConfigError) as error:
+        actuator = _actuator(args, settings.data_dir)
+        router = build_router(settings, load_or_create_seed(Path(args.key_file)), actuator)
+    except (QueueNotConfigured, TreeConfigError, ScalingNotConfigured, ReplicaSlotsError) as error:
         print(f"router: {error}", file=sys.stderr)
         return 2
     try:
@@ -225,6 +263,34 @@ def router(args: argparse.Namespace) -> int:
     finally:
         router.stop()
     return 0
+
+
+def _actuator(args: argparse.Namespace, data_dir: Path) -> Actuator | None:
+    """What the autoscaler scales: executor processes here (``--replica-slots``) or the Deployments of a
+    Kubernetes namespace (``--kube-namespace`` and ``--kube-deployment``); none: no autoscaling."""
+    from .tree.runtime import ScalingNotConfigured
+
+    if args.replica_slots and args.kube_namespace:
+        raise ScalingNotConfigured("give --replica-slots or --kube-namespace, not both")
+    if args.replica_slots:
+        from .tree.supervisor import LocalSupervisor, load_slots
+
+        return LocalSupervisor(load_slots(Path(args.replica_slots)), data_dir / "replicas")
+    if args.kube_namespace:
+        from kubernetes.config import ConfigException
+
+        from .scheduler.kubernetes import KubernetesActuator
+
+        deployments = _pairs(args.kube_deployment, "--kube-deployment", "SUBTREE=DEPLOYMENT")
+        if not deployments:
+            raise ScalingNotConfigured("--kube-namespace needs --kube-deployment SUBTREE=DEPLOYMENT")
+        try:
+            return KubernetesActuator.from_config(args.kube_namespace, deployments)
+        except ConfigException as error:
+            raise ScalingNotConfigured(f"no Kubernetes credentials: {error}") from None
+    if args.kube_deployment:
+        raise ScalingNotConfigured("--kube-deployment needs --kube-namespace")
+    return None
 
 
 def jobs_worker(args: argparse.Namespace) -> int:
@@ -365,6 +431,18 @@ def parser() -> argparse.ArgumentParser:
     tree.add_argument(
         "--tree-config",
         help="tree-config.yaml: the subtrees' concurrency, waiting lines and priorities (docs/scheduler.md)",
+    )
+    tree.add_argument(
+        "--replica-slots",
+        help="JSON: per subtree, the executor processes the autoscaler may start here (docs/scheduler.md)",
+    )
+    tree.add_argument("--kube-namespace", help="autoscale the subtrees' Deployments in this namespace")
+    tree.add_argument(
+        "--kube-deployment",
+        action="append",
+        default=[],
+        metavar="SUBTREE=DEPLOYMENT",
+        help="a subtree's Deployment",
     )
     tree.add_argument("--host", default="127.0.0.1")
     tree.add_argument("--port", type=int, default=8000)

@@ -10,7 +10,7 @@ from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 
 from treemeter_records import IngestClient, private_key_from_seed, protocol, public_key_from_b64
 
-from .engine import Engine, TorchEngine
+from .engine import Engine, SamplingParams, TorchEngine
 from .entitlements import EntitlementStore
 from .leases import LeaseClient, LeasedQuotaBook
 from .metrics import AgentMetrics
@@ -22,6 +22,7 @@ from .tree.decision import DecisionReader
 from .tree.heartbeat import ExecutorCard, HeartbeatSender
 
 PLATFORM_KEY_FILE = "platform-key.b64"
+WARM_UP_PROMPT = "warm-up"  # the check a replica passes before it heartbeats (Agent.announce)
 
 
 @dataclass(frozen=True)
@@ -63,12 +64,20 @@ class Agent:
     heartbeat: HeartbeatSender | None = None
 
     def start(self) -> None:
+        """Entitlements, shipping and leases; the heartbeat waits for ``announce``."""
         self.entitlements.start()
         self.shipper.start()
         if self.leases is not None:
             self.leases.start()
-        if self.heartbeat is not None:
-            self.heartbeat.start()
+
+    def announce(self) -> None:
+        """Behind a router, once the API listens: the warm-up check (one greedy token through the engine,
+        outside any request, so no record), then the heartbeats. A replica the router hears of can
+        answer; one that fails its check raises here and is never heard of."""
+        if self.heartbeat is None:
+            return
+        self.service.engine.generate(WARM_UP_PROMPT, SamplingParams(1, temperature=0.0))
+        self.heartbeat.start()
 
     def stop(self) -> None:
         if self.heartbeat is not None:

@@ -16,16 +16,7 @@ import urllib3
 from kubernetes import client, config
 from kubernetes.client.exceptions import ApiException
 
-
-class ScaleFailed(RuntimeError):
-    """The Kubernetes API refused or did not answer a read or a change of a Deployment's scale.
-
-    ``status`` is the HTTP status of the refusal, ``None`` when no answer came (refused, timed out).
-    """
-
-    def __init__(self, message: str, status: int | None) -> None:
-        super().__init__(message)
-        self.status = status
+from .actuator import ScaleFailed
 
 
 class KubernetesActuator:
@@ -60,6 +51,9 @@ class KubernetesActuator:
                 client_configuration=configuration,
             )
         return cls(client.ApiClient(configuration), namespace, deployments)
+
+    def subtrees(self) -> tuple[str, ...]:
+        return tuple(self._deployments)
 
     def replicas(self, subtree: str) -> int:
         """The replicas the subtree's Deployment asks for now (its ``spec.replicas``)."""

@@ -143,6 +143,7 @@ def create_router_app(service: RouterService, client: ExecutorClient, jobs: Jobs
                 try:
                     async for chunk in relay(attempt, service.registry, lambda: cut):
                         yield chunk
+                    service.answered(routing)
                 finally:
                     slot.release()
                     service.settled(routing)
@@ -156,6 +157,7 @@ def create_router_app(service: RouterService, client: ExecutorClient, jobs: Jobs
         service.served(attempt.executor, attempt.number)
         if response.status == 200:
             service.learn(routing, response.headers.get(EXPERTS_HEADER))
+            service.answered(routing)
         # Settled once the bytes are handed to the connection (Starlette runs the task after the body).
         return Response(
             content,

@@ -179,6 +179,17 @@ class Registry:
             and e.breaker.allows(now)
         ]
 
+    def heard(self, subtree: str) -> int:
+        """Executors of ``subtree`` (their own, lent or not) with a fresh heartbeat: the replicas that
+        passed their warm-up check."""
+        now = self.clock()
+        with self.lock:
+            return sum(
+                1
+                for e in self.executors.values()
+                if e.beat.subtree == subtree and now - e.seen_at <= self.stale_after_s
+            )
+
     def capacity(self, subtree: str) -> int:
         """Requests the healthy executors of ``subtree`` take at once (their reported capacities)."""
         now = self.clock()

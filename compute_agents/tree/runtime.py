@@ -17,6 +17,7 @@ from ..jobs.queue import QUEUE, Publisher, job_queue, job_token
 from ..jobs.store import JobStore
 from ..router import Rules
 from ..runtime import open_entitlements, open_shipper
+from ..scheduler.actuator import Actuator
 from ..scheduler.config import TreeConfig
 from ..shipper import Shipper
 from ..spool import Spool
@@ -28,6 +29,7 @@ from .jobs_api import JobsApi
 from .registry import Registry
 from .scheduling import TreeScheduling
 from .service import RouterService
+from .supervisor import LocalSupervisor
 
 log = structlog.get_logger("compute_agents.tree")
 
@@ -58,6 +60,7 @@ class TreeRouter:
     entitlements: EntitlementStore
     jobs: JobQueue | None = None
     events: EventShipper | None = None  # with a tree config: the scheduler's events to the platform
+    actuator: Actuator | None = None  # with a tree config: what the autoscaler's steps scale
 
     def start(self) -> None:
         lost = self.service.recover_lost()
@@ -79,6 +82,8 @@ class TreeRouter:
             self.service.scheduling.stop()
             self.events.stop()
             self.events.outbox.close()
+        if isinstance(self.actuator, LocalSupervisor):
+            self.actuator.stop_all()  # the replicas it started go with it
         self.entitlements.stop()
         self.shipper.stop()
         self.service.inflight.close()
@@ -105,8 +110,21 @@ class QueueNotConfigured(ValueError):
     """The rules queue a request class but the router was given no broker."""
 
 
-def build_router(settings: RouterSettings, seed: bytes) -> TreeRouter:
+class ScalingNotConfigured(ValueError):
+    """An actuator was given without a tree config, or for a subtree the config does not have."""
+
+
+def build_router(settings: RouterSettings, seed: bytes, actuator: Actuator | None = None) -> TreeRouter:
+    """The router; with ``actuator`` (and a tree config naming its subtrees) the autoscaler runs too."""
     tree = TreeConfig.load(settings.tree_config) if settings.tree_config else None  # refused before all else
+    if actuator is not None:
+        unknown = [name for name in actuator.subtrees() if tree is None or name not in tree.subtrees]
+        if tree is None or unknown:
+            raise ScalingNotConfigured(
+                "autoscaling needs --tree-config"
+                if tree is None
+                else f"the tree config has no subtree {unknown[0]!r} to scale"
+            )
     key = private_key_from_seed(seed)
     entitlements = open_entitlements(settings.platform_url, settings.agent_id, key, settings.data_dir)
     spool = Spool(settings.data_dir / "spool.sqlite3", max_records=settings.spool_max_records)
@@ -127,7 +145,7 @@ def build_router(settings: RouterSettings, seed: bytes) -> TreeRouter:
     events = None
     if tree is not None and service.lines is not None:
         outbox = EventOutbox(settings.data_dir / "events.sqlite3")
-        service.scheduling = TreeScheduling(tree, service.registry, service.lines, outbox)
+        service.scheduling = TreeScheduling(tree, service.registry, service.lines, outbox, actuator=actuator)
         events = EventShipper(outbox, settings.platform_url, settings.agent_id, key)
     jobs = None
     if settings.jobs_broker:
@@ -143,4 +161,4 @@ def build_router(settings: RouterSettings, seed: bytes) -> TreeRouter:
         raise QueueNotConfigured(
             "the rules queue a request class (a policy row 'queued'): give --jobs-broker"
         )
-    return TreeRouter(service, shipper, entitlements, jobs, events)
+    return TreeRouter(service, shipper, entitlements, jobs, events, actuator)

@@ -1,7 +1,10 @@
 """TreeScheduler in the router (docs/scheduler.md): every period, each subtree's load from the registry
 and its line; ``Borrowing`` moves executors between subtrees (the registry serves a lent executor to its
-borrower until the unit goes back). Each event is logged, counted for ``/metrics`` by its listeners, and
-kept in the router's event outbox (``<data-dir>/events.sqlite3``) until the platform has it.
+borrower until the unit goes back). With an actuator, the ``P99Autoscaler`` steps the replicas of the
+subtrees it scales, from the latencies of the answers the router relayed (``observe``); replicas the
+actuator runs that the router has not heard from yet are warming up. Each event is logged, counted for
+``/metrics`` by its listeners, and kept in the router's event outbox (``<data-dir>/events.sqlite3``) until
+the platform has it.
 
 The loop runs in a thread of its own on the wall clock (``time.time``); tests call ``tick`` with theirs.
 """
@@ -15,6 +18,8 @@ from typing import Any
 
 import structlog
 
+from ..scheduler.actuator import Actuator, ScaleFailed
+from ..scheduler.autoscaler import P99Autoscaler
 from ..scheduler.borrowing import Borrowing, SubtreeLoad
 from ..scheduler.config import TreeConfig
 from ..scheduler.events import BORROW, SchedulerEvent
@@ -33,6 +38,7 @@ class TreeScheduling:
         lines: SubtreeLines,
         outbox: EventOutbox,
         clock: Callable[[], float] = time.time,
+        actuator: Actuator | None = None,
     ) -> None:
         self.config = config
         self.registry = registry
@@ -40,6 +46,9 @@ class TreeScheduling:
         self.outbox = outbox
         self.clock = clock
         self.borrowing = Borrowing(config)
+        self.actuator = actuator
+        self.autoscaler = P99Autoscaler(config)
+        self._latencies = threading.Lock()  # answers are observed on the event loop, read by the loop here
         self.listeners: list[Callable[[SchedulerEvent], None]] = []
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
@@ -76,24 +85,57 @@ class TreeScheduling:
             "events": self.outbox.counts(),
         }
 
+    def observe(self, subtree: str, latency_ms: float) -> None:
+        """An answer relayed for ``subtree``, from its arrival to the end of its body."""
+        with self._latencies:
+            self.autoscaler.observe(subtree, self.clock(), latency_ms)
+
     def tick(self, now: float) -> list[SchedulerEvent]:
         events = self.borrowing.tick(now, self.loads())
         for event in events:
             executors = (event.executor or "").split(",")
             self.registry.lend(executors, event.subtree if event.kind == BORROW else None)
-            log.info(
-                "scheduler_event",
-                kind=event.kind,
-                subtree=event.subtree,
-                executor=event.executor,
-                lender=event.lender,
-                reason=event.reason,
-                **event.figures,
-            )
-            self.outbox.add(event)
-            for listener in self.listeners:
-                listener(event)
-        return events
+            self._publish(event)
+        return events + self._autoscale(now)
+
+    def _autoscale(self, now: float) -> list[SchedulerEvent]:
+        """The autoscaler's period over the actuator's subtrees; a step the actuator could not take is
+        logged and is no event (the next periods decide again)."""
+        if self.actuator is None:
+            return []
+        replicas: dict[str, int] = {}
+        for name in self.actuator.subtrees():
+            try:
+                replicas[name] = self.actuator.replicas(name)
+            except ScaleFailed as error:
+                log.error("scale_unknown", subtree=name, error=str(error))
+        warming = {name: max(0, count - self.registry.heard(name)) for name, count in replicas.items()}
+        with self._latencies:
+            steps = self.autoscaler.tick(now, replicas, warming)
+        taken = []
+        for event in steps:
+            try:
+                self.actuator.scale(event.subtree, int(event.figures["desired"]))
+            except ScaleFailed as error:
+                log.error("scale_failed", subtree=event.subtree, reason=event.reason, error=str(error))
+                continue
+            self._publish(event)
+            taken.append(event)
+        return taken
+
+    def _publish(self, event: SchedulerEvent) -> None:
+        log.info(
+            "scheduler_event",
+            kind=event.kind,
+            subtree=event.subtree,
+            executor=event.executor,
+            lender=event.lender,
+            reason=event.reason,
+            **event.figures,
+        )
+        self.outbox.add(event)
+        for listener in self.listeners:
+            listener(event)
 
     def start(self) -> None:
         self._thread = threading.Thread(target=self._run, name="scheduler", daemon=True)

@@ -280,6 +280,11 @@ class RouterService:
         if header:
             self.experts.learn(routing.decision.domain, parse_experts_header(header))
 
+    def answered(self, routing: Routing) -> None:
+        """An answer relayed whole: its latency (arrival to the end of its body) for the autoscaler."""
+        if self.scheduling is not None:
+            self.scheduling.observe(routing.decision.subtree, routing.elapsed_us() / 1000)
+
     def served(self, executor: Executor, attempts: int) -> None:
         self.stats.by_executor[executor.beat.executor] += 1
         self.stats.failovers += attempts - 1

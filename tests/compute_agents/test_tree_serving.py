@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import os
 import random
+import shutil
 import socket
 import time
 from collections.abc import Iterator
@@ -26,6 +27,8 @@ from openai.types.chat import ChatCompletionMessageParam
 from agents.services import register_agent
 from clickhouse_store.queries.billing import superseded_attempts
 from compute_agents.app import create_app
+from compute_agents.checkpoint import EXPERTS_DIR
+from compute_agents.expert_cache import ExpertIntegrityError
 from compute_agents.runtime import pin_platform_key
 from compute_agents.tree.app import create_router_app
 from compute_agents.tree.forward import ExecutorClient
@@ -82,8 +85,15 @@ class Tree:
 
 @contextmanager
 def serving_tree(
-    live_server: Any, tiny_model: Path, tmp_path: Path, contract: Contract, tree_config: Path | None = None
+    live_server: Any,
+    tiny_model: Path,
+    tmp_path: Path,
+    contract: Contract,
+    tree_config: Path | None = None,
+    tampered: Path | None = None,
 ) -> Iterator[Tree]:
+    """Two executors announced to the router (warm-up check, then heartbeats); with ``tampered`` (a model
+    directory) a third, ``exec-c``, known to the router, whose warm-up must fail on that model."""
     router_seed = os.urandom(32)
     router_key = private_key_from_seed(router_seed)
     register_agent(
@@ -94,7 +104,8 @@ def serving_tree(
         kind="router",
     )
     pin_platform_key(live_server.url, tmp_path / "router")
-    seeds = {name: os.urandom(32) for name in ("exec-a", "exec-b")}
+    names = ("exec-a", "exec-b") if tampered is None else ("exec-a", "exec-b", "exec-c")
+    seeds = {name: os.urandom(32) for name in names}
     settings = RouterSettings(
         agent_id="router-1",
         platform_url=live_server.url,
@@ -114,7 +125,7 @@ def serving_tree(
             tree.urls[name] = f"http://127.0.0.1:{port}"
             harness = start_agent(
                 live_server.url,
-                tiny_model,
+                tampered if name == "exec-c" and tampered is not None else tiny_model,
                 tmp_path / name,
                 [contract],
                 agent_id=name,
@@ -129,8 +140,12 @@ def serving_tree(
             api.enter_context(serving_app(create_app(harness.agent.service), port))
             stack.callback(api.close)
             assert harness.agent.heartbeat is not None
-            harness.agent.heartbeat.start()
             stack.callback(harness.agent.heartbeat.stop)
+            if name == "exec-c":
+                with pytest.raises(ExpertIntegrityError):
+                    harness.agent.announce()
+                continue
+            harness.agent.announce()
         deadline = time.monotonic() + 20
         while len(router.service.registry.healthy("default", "tiny")) < 2:
             assert time.monotonic() < deadline, "the executors' heartbeats did not reach the router"
@@ -224,6 +239,30 @@ def test_requests_through_the_router_are_recorded_by_their_executor_under_its_de
     assert all(e["healthy"] and e["breaker"] == "closed" for e in listed["executors"])
     assert listed["executors"][0]["resident"]  # the experts it holds, as its heartbeat said
     assert not records(tree.router.service)  # the router recorded nothing it did not refuse
+
+
+def test_a_replica_whose_warm_up_fails_is_never_heard_of_by_the_router(
+    live_server: Any, tiny_model: Path, tmp_path: Path
+) -> None:
+    """Issue 18: a replica serves only after its warm-up check. Every expert file of exec-c's model is
+    tampered with, so its one warm-up token fails the fingerprint check and it never heartbeats."""
+    tampered = tmp_path / "tampered-model"
+    shutil.copytree(tiny_model, tampered)
+    for victim in (tampered / EXPERTS_DIR).glob("*.safetensors"):
+        data = bytearray(victim.read_bytes())
+        data[-1] ^= 0xFF
+        victim.write_bytes(bytes(data))
+    contract = ContractFactory.create()
+    with serving_tree(live_server, tiny_model, tmp_path, contract, tampered=tampered) as tree:
+        client = customer(tree, contract)
+        answers = [
+            client.chat.completions.create(model="tiny", messages=USER, max_completion_tokens=4)
+            for _ in range(6)
+        ]
+        time.sleep(0.5)  # more than two heartbeat periods (0.2 s)
+        known = set(tree.router.service.registry.executors)
+    assert known == {"exec-a", "exec-b"}  # exec-c's key is the router's: one heartbeat would list it
+    assert {tree.served_by(answer._request_id or "")[0] for answer in answers} <= {"exec-a", "exec-b"}
 
 
 def test_a_dead_executor_fails_over_its_breaker_counts_and_none_left_is_an_unbilled_503(
