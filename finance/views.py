@@ -22,7 +22,7 @@ from common.errors import error_response
 from common.periods import month_bounds, month_of, previous_month
 from ledger.selectors import LedgerLookupError
 
-from . import exports, filters, reports
+from . import exports, filters, reports, scheduler
 from .access import staff_required
 from .reconciliation import ReconciliationFilter, unexplained
 from .selectors import COST_GROUPS, REVENUE_GROUPS, InvoiceFilter
@@ -90,6 +90,11 @@ def _reconciliation(query: QueryDict, now: datetime) -> Report:
     return Report(table, {"period": month, "unexplained": unexplained([dict(row) for row in table.rows])})
 
 
+def _scheduler(query: QueryDict, now: datetime) -> Report:
+    table, context = scheduler.report_context(query)
+    return Report(table, context)
+
+
 @dataclass(frozen=True)
 class ReportPage:
     """How a report is built, the template that shows it, and the query parameters it reads: any other
@@ -108,6 +113,7 @@ REPORTS: dict[str, ReportPage] = {
     "reconciliation": ReportPage(
         _reconciliation, "finance/reconciliation.html", ("month", "tenant", "contract")
     ),
+    "scheduler": ReportPage(_scheduler, "finance/scheduler.html", scheduler.FILTERS),
 }
 
 

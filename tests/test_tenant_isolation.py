@@ -138,6 +138,8 @@ FILLERS: dict[str, Fill] = {
     "finance:disputes-download": Fill(lambda _: {"fmt": "csv"}),
     "finance:reconciliation": Fill(),
     "finance:reconciliation-download": Fill(lambda _: {"fmt": "csv"}),
+    "finance:scheduler": Fill(),
+    "finance:scheduler-download": Fill(lambda _: {"fmt": "csv"}),
     "finance:dispute-resolve": Fill(lambda d: {"pk": d.dispute.pk}),
     # the portal (frontend/): forms post form-encoded bodies
     "portal-home": Fill(),
@@ -174,6 +176,7 @@ PUBLIC: dict[str, str] = {
     "entitlements-platform-key": "the platform's public verification key, published on purpose",
     "entitlements-lease-grant": "agents authenticate by a signed request, the body's hash included",
     "entitlements-lease-settle": "agents authenticate by a signed request, the body's hash included",
+    "agents-scheduler-events": "an L1 router authenticates by a signed request, the body's hash included",
     "stripe-webhook": "Stripe authenticates by the Stripe-Signature header",
     "schema": "the OpenAPI description of the API: no data",
     "docs": "the Swagger UI page: no data",

@@ -1,8 +1,9 @@
 """The router's outbox of scheduler events: each event is written here when it happens and posted to
 the platform (``protocol.SCHEDULER_EVENTS_PATH``, signed with the router's key) until the platform has
 taken it. An event keeps its id across retries, so a post the platform took but whose answer was lost
-is counted there as a duplicate, not stored twice. An event the platform refuses (4xx other than a
-conflict) is kept with the refusal and not posted again; the log says why.
+is counted there as a duplicate, not stored twice. An event the platform refuses (a 4xx other than a
+stale signature or a throttle; a 409 too: the id is stored there with other content, which no retry
+changes) is kept with the refusal and not posted again; the log says why.
 """
 
 from __future__ import annotations
@@ -68,6 +69,12 @@ class EventOutbox:
                 "UPDATE events SET state = ?, refusal = ? WHERE id = ?", [(state, refusal, i) for i in ids]
             )
 
+    def recent(self, limit: int = 20) -> list[dict[str, Any]]:
+        """The last ``limit`` events, shipped or not, oldest first."""
+        with self._lock:
+            rows = self._db.execute("SELECT body FROM events ORDER BY seq DESC LIMIT ?", (limit,)).fetchall()
+        return [orjson.loads(body) for (body,) in reversed(rows)]
+
     def counts(self) -> dict[str, int]:
         with self._lock:
             return dict(self._db.execute("SELECT state, count(*) FROM events GROUP BY state").fetchall())
@@ -116,10 +123,10 @@ class EventShipper:
         if answer.status_code == 200:
             self.outbox.settle(ids, "shipped")
             return len(ids)
-        if 400 <= answer.status_code < 500 and answer.status_code not in (401, 409, 429):
+        if 400 <= answer.status_code < 500 and answer.status_code not in (401, 429):
             log.error("scheduler_events_refused", status=answer.status_code, body=answer.text)
             self.outbox.settle(ids, "refused", answer.text[:2000])
-        else:  # not ours to fix here (signature window, conflict, the platform down): try again
+        else:  # not ours to fix here (the signature's window, a throttle, the platform down): try again
             log.warning("scheduler_events_not_taken", status=answer.status_code, body=answer.text[:500])
         return 0
 

@@ -82,8 +82,27 @@ class TreeScheduling:
                 }
                 for loan in self.borrowing.loans
             ],
+            "replicas": self._replicas(),
             "events": self.outbox.counts(),
+            "recent": self.outbox.recent(),
         }
+
+    def _replicas(self) -> dict[str, dict[str, Any]]:
+        """Per subtree the autoscaler steps: the replicas asked for, those heard, and its last period."""
+        if self.actuator is None:
+            return {}
+        with self._latencies:
+            last = {period.subtree: period for period in self.autoscaler.log}  # the latest wins
+        found: dict[str, dict[str, Any]] = {}
+        for name in self.actuator.subtrees():
+            period = last.get(name)
+            found[name] = {
+                "heard": self.registry.heard(name),
+                "replicas": None if period is None else period.replicas,
+                "desired": None if period is None else period.desired,
+                "p99_ms": None if period is None else period.p99_ms,
+            }
+        return found
 
     def observe(self, subtree: str, latency_ms: float) -> None:
         """An answer relayed for ``subtree``, from its arrival to the end of its body."""

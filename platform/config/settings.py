@@ -60,6 +60,7 @@ INSTALLED_APPS = [
     "ledger",
     "webhooks",
     "idempotency",
+    "scheduling",
     "usage",
     "frontend",
     "finance",

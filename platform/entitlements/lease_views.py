@@ -6,7 +6,6 @@ SHA-256 included; the signature is the authentication, so no session or CSRF app
 
 from __future__ import annotations
 
-import time
 import uuid
 from datetime import datetime
 from typing import Any
@@ -17,16 +16,12 @@ from django.views.decorators.csrf import csrf_exempt
 from django.views.decorators.http import require_POST
 from rest_framework import serializers
 
-from agents.models import AgentKey
-from agents.selectors import key_with_agent
+from agents.signed_requests import signed_agent_key
 from common.errors import ApiError, error_response
 from common.fields import IdentifierField
 from common.parsers import read_json
-from treemeter_records import protocol, public_key_from_b64
 
 from .leases import LeaseAnswer, grant_lease, lease_state, settle_lease
-
-REQUEST_WINDOW_NS = 300 * 10**9
 
 
 class GrantSerializer(serializers.Serializer):
@@ -41,41 +36,6 @@ class SettleSerializer(serializers.Serializer):
     seq = serializers.IntegerField(min_value=1, max_value=2**62)
     spent_tokens = serializers.IntegerField(min_value=0, max_value=2**62)
     final = serializers.BooleanField()
-
-
-def signed_agent_key(request: HttpRequest) -> AgentKey | JsonResponse:
-    """The agent key that signed this request (method, path, timestamp, and the body unless it is a GET),
-    or the 401 answer."""
-    agent_id = request.headers.get(protocol.HEADER_AGENT, "")
-    key_id = request.headers.get(protocol.HEADER_KEY_ID, "")
-    signature = request.headers.get(protocol.HEADER_SIGNATURE, "")
-    try:
-        timestamp = int(request.headers.get(protocol.HEADER_TIMESTAMP, ""))
-    except ValueError:
-        return error_response(
-            401, "bad_request_signature", f"Unsigned: {protocol.HEADER_TIMESTAMP} must be Unix ns."
-        )
-    if abs(time.time_ns() - timestamp) > REQUEST_WINDOW_NS:
-        return error_response(401, "stale_request", "The request timestamp is more than 300 s off.")
-    agent_key = key_with_agent(key_id)
-    if (
-        agent_key is None
-        or agent_key.revoked_at is not None
-        or not agent_key.agent.active
-        or agent_key.agent.agent_id != agent_id
-        or not protocol.verify_request(
-            public_key_from_b64(agent_key.public_key),
-            signature,
-            request.method or "",
-            request.path,
-            timestamp,
-            None if request.method == "GET" else request.body,
-        )
-    ):
-        return error_response(
-            401, "bad_request_signature", "Unknown agent key or a signature that does not verify."
-        )
-    return agent_key
 
 
 def _validated(request: HttpRequest, serializer_class: type[serializers.Serializer]) -> dict[str, Any]:

@@ -11,6 +11,7 @@ column made wider or narrower is tested at its new size.
 from __future__ import annotations
 
 import os
+import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from decimal import Decimal
@@ -30,14 +31,14 @@ from entitlements.leases import period_of
 from entitlements.services import issue_api_key
 from tests.api.conftest import member_client, staff_client, token_client
 from tests.factories import ContractFactory
-from treemeter_records import private_key_from_seed, protocol, public_key_to_b64
+from treemeter_records import new_record_id, private_key_from_seed, protocol, public_key_to_b64
 from webhooks.models import WebhookEndpoint
 
 pytestmark = pytest.mark.django_db
 
 PROJECT_APPS = {
     "accounts", "catalog", "contracts", "agents", "ingest", "billing", "sla", "entitlements", "ledger",
-    "webhooks", "idempotency",
+    "webhooks", "idempotency", "scheduling",
 }  # fmt: skip
 
 
@@ -49,6 +50,8 @@ class World:
     staff: Client
     agent_key: Any
     agent_id: str
+    router_key: Any
+    router_id: str
     key_hash: str
     outcome_id: int
     endpoint_id: int
@@ -64,6 +67,10 @@ def world() -> World:
         tenant_codes=[],
         contract_codes=[contract.code],
     )
+    router_key = private_key_from_seed(os.urandom(32))
+    register_agent(
+        agent_id="limits-router", public_key_b64=public_key_to_b64(router_key), tenant_codes=[], kind="router"
+    )
     api_key = issue_api_key(contract_code=contract.code, quota_tokens=10_000).api_key
     outcome = declare_outcome(contract, "limits-outcome", "resolved_ticket", Decimal(1), timezone.now())
     endpoint = WebhookEndpoint.objects.create(tenant=contract.tenant, url="https://hooks.limits.test/h")
@@ -74,6 +81,8 @@ def world() -> World:
         staff=staff_client(),
         agent_key=key,
         agent_id="limits-agent",
+        router_key=router_key,
+        router_id="limits-router",
         key_hash=api_key.key_hash,
         outcome_id=outcome.pk,
         endpoint_id=endpoint.pk,
@@ -85,18 +94,22 @@ class Writer:
     """An endpoint that stores request input: how to call it validly, and where each input lands.
 
     `inputs` maps an input to the column it is stored in ("app.Model.field"); an input is a body field,
-    `path:<name>` (a URL parameter, `{name}` in `path`) or `header:<name>`."""
+    `path:<name>` (a URL parameter, `{name}` in `path`) or `header:<name>`. With `item`, a body field is
+    one of the first object of the body's list `item` (``{"events": [{...}]}``)."""
 
     method: str
     path: str
-    # owner (an owner's API token), member (an owner's session), staff (a staff session) or agent (signed)
+    # owner (an owner's API token), member (an owner's session), staff (a staff session), agent (signed
+    # by an executor) or router (signed by an L1 router)
     caller: str
     body: Callable[[World], dict[str, Any]]
     inputs: dict[str, str]
     path_values: dict[str, str] = field(default_factory=dict)
+    item: str = ""
 
     def send(self, world: World, overrides: dict[str, str]) -> Any:
         body = self.body(world)
+        fields = body[self.item][0] if self.item else body
         values = {**self.path_values}
         headers: dict[str, str] = {}
         for name, value in overrides.items():
@@ -106,17 +119,20 @@ class Writer:
             elif kind == "header":
                 headers[bare] = value
             else:
-                body[name] = value
+                fields[name] = value
         path = self.path.format(
             **values, outcome=world.outcome_id, endpoint=world.endpoint_id, contract=world.contract.code
         )
         raw = orjson.dumps(body)
-        callers = {"owner": world.owner, "member": world.member, "staff": world.staff, "agent": Client()}
+        callers = {
+            "owner": world.owner, "member": world.member, "staff": world.staff, "agent": Client(),
+            "router": Client(),
+        }  # fmt: skip
         client = callers[self.caller]
-        if self.caller == "agent":
-            headers |= protocol.signed_headers(
-                world.agent_key, world.agent_id, self.method.upper(), path, raw
-            )
+        signers = {"agent": (world.agent_key, world.agent_id), "router": (world.router_key, world.router_id)}
+        if self.caller in signers:
+            key, agent_id = signers[self.caller]
+            headers |= protocol.signed_headers(key, agent_id, self.method.upper(), path, raw)
         client.raise_request_exception = False
         return client.generic(
             self.method.upper(), path, raw, content_type="application/json", headers=headers
@@ -186,6 +202,16 @@ WRITERS = [
             "request_id": "lease-request-1",
         },
         {"period": "entitlements.QuotaPeriod.period", "request_id": "entitlements.QuotaLease.request_id"},
+    ),
+    Writer(
+        "post", protocol.SCHEDULER_EVENTS_PATH, "router",
+        lambda w: {"events": [{
+            "id": new_record_id(), "kind": "borrow", "at_ns": time.time_ns(), "subtree": "finance",
+            "executor": "b-1", "lender": "batch", "reason": "load above 90%", "figures": {"load": 0.95},
+        }]},
+        {"subtree": "scheduling.SchedulerEvent.subtree", "executor": "scheduling.SchedulerEvent.executor",
+         "lender": "scheduling.SchedulerEvent.lender", "reason": "scheduling.SchedulerEvent.reason"},
+        item="events",
     ),
 ]  # fmt: skip
 
@@ -257,7 +283,7 @@ NOT_FROM_REST = {
     "idempotency.IdempotencyKey.content_type": "the answer's",
 }
 # Free text, not identifiers: control characters are not refused there (only NUL, by DRF).
-FREE_TEXT = {"billing.Outcome.reason"}
+FREE_TEXT = {"billing.Outcome.reason", "scheduling.SchedulerEvent.reason"}
 # The ingest path (POST /v1/ingest/batches) writes these from signed records: its own tests walk them.
 INGEST_APP = "ingest"
 

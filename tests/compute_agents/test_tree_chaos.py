@@ -42,6 +42,7 @@ from compute_agents.runtime import pin_platform_key
 from compute_agents.tree.registry import BREAKER_FAILURES
 from entitlements.services import issue_api_key
 from ingest.models import RejectedRecord, SequenceGap
+from scheduling.models import SchedulerEvent as SchedulerEventRow
 from tests.compute_agents.test_tree_serving import free_port
 from tests.factories import ContractFactory
 from treemeter_records import private_key_from_seed, public_key_to_b64
@@ -534,3 +535,82 @@ def test_a_subtree_that_times_out_falls_back_and_a_probe_brings_it_back(
         agent, claims = rows[request]
         assert agent == "exec-a" and claims["subtree"] == "main" and "fallback_from" not in claims
     print(f"subtree fallback: {figures}, fallbacks {stats['fallbacks']}")
+
+
+SCALING_CONFIG = """\
+version: 1
+scheduler:
+  period_s: 1
+  window_s: 5
+  scale_up_p99_ms: 1           # every answer is slower: three periods with answers step up
+  scale_down_p99_ms: 0         # never under: no step down in this test
+subtrees:
+  main:
+    kind: inference
+    executors: []
+    sla: {p99_ms: 300, max_concurrency: 8}
+    replicas: {min: 1, max: 2}
+"""
+
+
+def test_the_router_scales_a_subtree_with_executor_processes_it_starts(
+    tree: Tree, tiny_model: Path, live_server: Any
+) -> None:
+    """Issue 18: the autoscaler in the router, with the local supervisor as its actuator. Subtree main
+    has no executor and two replica slots (exec-a, exec-b). The first period brings it to its minimum:
+    the router starts exec-a, which warms up and only then heartbeats. Answers slower than the (lowered)
+    scale-up mark for three periods step it up: exec-b starts and heartbeats too. Both steps are events the
+    platform stores; when the router stops, so do the replicas it started."""
+    rules = copy.deepcopy(DEFAULT_RULES)
+    for row in rules["policy"]:
+        row["subtree"] = "main"
+    (tree.root / "rules.json").write_text(json.dumps(rules))
+    (tree.root / "tree-config.yaml").write_text(SCALING_CONFIG)
+    tree.register("router-1", live_server.url, kind="router")
+    ports = {name: free_port() for name in EXECUTORS}
+    slots: dict[str, list[dict[str, Any]]] = {"main": []}
+    for name in EXECUTORS:
+        tree.register(name, live_server.url)
+        directory = tree.root / name
+        serve = [
+            *("serve", "--platform-url", tree.platform_url, "--agent-id", name, "--data-dir", str(directory)),
+            *("--model-dir", str(tiny_model), "--port", str(ports[name]), "--threads", "1"),
+            *("--router-url", tree.router_url, "--router-key", tree.keys["router-1"], "--subtree", "main"),
+        ]
+        slots["main"].append({"agent_id": name, "command": agent_command(directory, *serve)})
+    (tree.root / "slots.json").write_text(json.dumps(slots))
+    tree.start_router(
+        30,
+        *("--rules", str(tree.root / "rules.json"), "--tree-config", str(tree.root / "tree-config.yaml")),
+        *("--replica-slots", str(tree.root / "slots.json")),
+    )
+    tree.healthy(1)
+    first = httpx.get(tree.router_url + "/tree/executors", timeout=5).json()["executors"]
+
+    def two_serving() -> bool:
+        tree.ask(f"r{len(tree.answered_at)}", "contract clause")
+        listed = httpx.get(tree.router_url + "/tree/executors", timeout=2).json()["executors"]
+        return sum(e["healthy"] for e in listed) == 2
+
+    wait_for(two_serving, "the scale-up's second replica", list(tree.processes.values()))
+    assert all(tree.ask(f"after-{n}", "contract clause") for n in range(4))
+    scheduler = httpx.get(tree.router_url + "/tree/scheduler", timeout=5).json()
+    router = tree.processes["router-1"]
+    router.send_signal(signal.SIGTERM)
+    router.wait(timeout=60)
+    gone = []
+    for name in EXECUTORS:
+        try:
+            httpx.get(f"http://127.0.0.1:{ports[name]}/v1/models", timeout=2)
+        except httpx.ConnectError:
+            gone.append(name)
+    assert [e["executor"] for e in first] == ["exec-a"]
+    assert gone == list(EXECUTORS)
+    assert scheduler["events"]["shipped"] + scheduler["events"].get("pending", 0) >= 2
+    steps = list(SchedulerEventRow.objects.filter(kind__in=("scale_up", "scale_down")).order_by("at_ns"))
+    assert [(e.kind, e.subtree, e.figures["replicas"], e.figures["desired"]) for e in steps[:2]] == [
+        ("scale_up", "main", 0, 1),
+        ("scale_up", "main", 1, 2),
+    ]
+    assert "outside the bounds" in steps[0].reason and "above 1 ms for 3 periods" in steps[1].reason
+    print(f"autoscaled: {[(e.kind, e.figures) for e in steps]}, answered {len(tree.answers)}")

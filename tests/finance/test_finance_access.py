@@ -32,8 +32,14 @@ def _urls() -> list[tuple[str, str]]:
 
 def test_the_enumeration_covers_every_report_and_format() -> None:
     urls = {url for _, url in _urls()}
-    assert len(urls) == len(finance_urls.urlpatterns) == 12
-    assert {"/finance/", "/finance/reconciliation/download.csv", "/finance/disputes/1/resolve"} <= urls
+    assert len(urls) == len(finance_urls.urlpatterns) == 14
+    assert {
+        "/finance/",
+        "/finance/reconciliation/download.csv",
+        "/finance/scheduler/",
+        "/finance/scheduler/download.csv",
+        "/finance/disputes/1/resolve",
+    } <= urls
 
 
 @pytest.mark.parametrize(("method", "url"), _urls())

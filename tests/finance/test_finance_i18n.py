@@ -5,13 +5,15 @@ from __future__ import annotations
 from datetime import UTC, datetime
 
 import pytest
+from django.http import QueryDict
 from django.utils import translation
 
 from common.periods import month_bounds
-from finance import reports
+from finance import reports, scheduler
 from finance.reconciliation import ReconciliationFilter
 from finance.selectors import InvoiceFilter
 from finance.tables import Table
+from scheduling.selectors import EventFilter
 from tests.finance.support import staff_client
 
 pytestmark = [pytest.mark.django_db, pytest.mark.usefixtures("clickhouse")]
@@ -27,6 +29,7 @@ def _tables() -> list[Table]:
         reports.costs(*month_bounds("2026-11"), "tenant"),
         reports.disputes("", NOW),
         reports.reconciliation(ReconciliationFilter()),
+        scheduler.events_table(QueryDict(), EventFilter())[0],
     ]
 
 
@@ -54,6 +57,7 @@ def test_every_column_label_and_code_label_has_a_chinese_translation() -> None:
         ("/finance/costs/?month=2026-11", "Gross margin", "毛利率"),
         ("/finance/disputes/", "Dispute queue", "争议队列"),
         ("/finance/reconciliation/?month=2026-10", "Every difference is explained.", "所有差异均已解释。"),
+        ("/finance/scheduler/", "as its L1 routers report it", "由其 L1 路由器上报"),
     ],
 )
 def test_pages_switch_language(url: str, english: str, chinese: str) -> None:
