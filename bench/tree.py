@@ -1,5 +1,6 @@
 """The serving tree's figures (issue 17), on real processes: the demo's tree (an L1 router with the
-trained classifier, two executors) against a live platform, and two executors outside the tree.
+trained classifier; the gold requests measured here go to subtree default, its two executors) against a
+live platform, and executors outside the tree.
 
 - tokens/s through the router ÷ direct to one executor (same model, same prompts, interleaved request by
   request so drift hits both alike; the direct one runs outside the tree), at answers of 32 and 128
@@ -83,7 +84,7 @@ def run(data_dir: Path, requests: int, lengths: list[int], overhead_requests: in
     server, platform_url = start_api_server("127.0.0.1", 0)
     started = time.perf_counter()
     tree = start_tree(setup, platform_url, "127.0.0.1")
-    print(f"tree up in {time.perf_counter() - started:.1f} s (classifier trained, 3 processes)")
+    print(f"tree up in {time.perf_counter() - started:.1f} s (classifier trained, a router and 3 executors)")
     # Outside the tree: "direct", the tree's model at the tree's capacity (the ratio), and the same wide
     # model at capacities 2 and 8 (RSS: the demo's experts are too small, 0.1 MB each, to show in it).
     wide = data_dir / "wide-model"

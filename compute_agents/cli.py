@@ -273,9 +273,21 @@ def _actuator(args: argparse.Namespace, data_dir: Path) -> Actuator | None:
     if args.replica_slots and args.kube_namespace:
         raise ScalingNotConfigured("give --replica-slots or --kube-namespace, not both")
     if args.replica_slots:
+        from .scheduler.config import TreeConfig
         from .tree.supervisor import LocalSupervisor, load_slots
 
-        return LocalSupervisor(load_slots(Path(args.replica_slots)), data_dir / "replicas")
+        if not args.tree_config:
+            raise ScalingNotConfigured("--replica-slots needs --tree-config")
+        subtrees = TreeConfig.load(Path(args.tree_config)).subtrees
+        slots = load_slots(Path(args.replica_slots))
+        for name in slots:
+            if name in subtrees and subtrees[name].min_replicas < len(subtrees[name].executors):
+                raise ScalingNotConfigured(
+                    f"subtree {name!r} lists {len(subtrees[name].executors)} executors, which the "
+                    f"supervisor never stops: its replicas.min must be at least that"
+                )
+        fixed = {name: len(subtrees[name].executors) for name in slots if name in subtrees}
+        return LocalSupervisor(slots, data_dir / "replicas", fixed)
     if args.kube_namespace:
         from kubernetes.config import ConfigException
 

@@ -5,8 +5,10 @@ Each subtree it scales has replica slots, in order, in a JSON file (``--replica-
     {"main": [{"agent_id": "exec-c", "command": ["python", "-m", "compute_agents", "serve", "..."],
                "env": {"TREEMETER_...": "..."}}]}
 
-``scale(subtree, n)`` starts the first ``n`` slots' processes that are not running and stops the others,
-last slot first (SIGTERM, then SIGKILL after ``stop_timeout_s``). A replica started warms up before it
+A subtree's replicas are the executors its tree config lists (``fixed``: they run on their own, and
+are never stopped here) and the slots' processes running. ``scale(subtree, n)`` starts the first
+``n - fixed`` slots' processes that are not running and stops the others, last slot first (SIGTERM, then
+SIGKILL after ``stop_timeout_s``). A replica started warms up before it
 heartbeats (``Agent.announce``), so the router serves it only once its check has passed; until then it
 counts among the replicas and, not heard of yet, as warming. One that exits by itself (a failed warm-up
 exits 1) is logged with its exit status and counts no more. Each process's output goes to
@@ -88,9 +90,14 @@ class _Running:
 
 class LocalSupervisor:
     def __init__(
-        self, slots: Mapping[str, tuple[ReplicaSlot, ...]], log_dir: Path, stop_timeout_s: float = 10.0
+        self,
+        slots: Mapping[str, tuple[ReplicaSlot, ...]],
+        log_dir: Path,
+        fixed: Mapping[str, int] | None = None,
+        stop_timeout_s: float = 10.0,
     ) -> None:
         self.slots = dict(slots)
+        self.fixed = {name: (fixed or {}).get(name, 0) for name in self.slots}
         self.log_dir = log_dir
         self.stop_timeout_s = stop_timeout_s
         self._running: dict[str, _Running] = {}  # by agent id
@@ -99,16 +106,20 @@ class LocalSupervisor:
         return tuple(self.slots)
 
     def replicas(self, subtree: str) -> int:
-        return sum(1 for slot in self._slots(subtree) if self._alive(slot))
+        slots = self._slots(subtree)
+        return self.fixed[subtree] + sum(1 for slot in slots if self._alive(slot))
 
     def scale(self, subtree: str, replicas: int) -> None:
-        slots = self._slots(subtree)
-        if not 0 <= replicas <= len(slots):
-            raise ScaleFailed(f"subtree {subtree!r} has {len(slots)} replica slots; {replicas} were asked")
-        for slot in slots[:replicas]:
+        slots, fixed = self._slots(subtree), self.fixed[subtree]
+        if not fixed <= replicas <= fixed + len(slots):
+            raise ScaleFailed(
+                f"subtree {subtree!r} runs {fixed} executors of its own and has {len(slots)} replica slots: "
+                f"{replicas} replicas were asked"
+            )
+        for slot in slots[: replicas - fixed]:
             if not self._alive(slot):
                 self._start(slot)
-        for slot in reversed(slots[replicas:]):
+        for slot in reversed(slots[replicas - fixed :]):
             self._stop(slot)
 
     def stop_all(self) -> None:

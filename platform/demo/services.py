@@ -1,5 +1,5 @@
 """Seed the demo tenants, packages, contracts, customer API keys and the serving tree's agents: one
-L1 router and two executors (idempotent)."""
+L1 router and four executors (idempotent; demo.tree says which subtree each serves)."""
 
 from __future__ import annotations
 
@@ -22,7 +22,7 @@ from pricing.dimensions import Dimension
 from treemeter_records import private_key_from_seed, public_key_to_b64
 
 ROUTER_ID = "demo-router"
-EXECUTOR_IDS = ("demo-exec-a", "demo-exec-b")
+EXECUTOR_IDS = ("demo-exec-a", "demo-exec-b", "demo-exec-c", "demo-exec-d")
 HOST_CLASS = "cpu-demo"  # the host class of the demo's agents, priced by the demo's host cost profile
 
 

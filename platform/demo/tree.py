@@ -1,12 +1,16 @@
 """The serving tree of the demo, as real processes: one L1 router (`python -m compute_agents router`,
-with the semantic classifier trained once into the data dir) and two executors (`serve --router-url`)
-on a tiny local MoE checkpoint. Each is a registered agent with its own key, spool and shipper, posting
-to the demo's ingest API; the router is registered as kind ``router``."""
+with the semantic classifier trained once into the data dir) in front of executors (`serve
+--router-url`) on a tiny local MoE checkpoint, in two subtrees (``TREE_CONFIG``): ``default`` (two
+executors) and ``batch`` (the batch SLA class's requests: one executor, and a replica slot the router's
+supervisor starts when the autoscaler steps up). Each is a registered agent with its own key, spool and
+shipper, posting to the demo's ingest API; the router is registered as kind ``router``."""
 
 from __future__ import annotations
 
 import contextlib
+import copy
 import io
+import json
 import signal
 import socket
 import subprocess
@@ -20,12 +24,35 @@ import httpx
 
 from compute_agents.checkpoint import MANIFEST, create_tiny_model, read_manifest
 from compute_agents.classifier.train import train_bundle
+from compute_agents.default_rules import DEFAULT_RULES
 from compute_agents.runtime import pin_platform_key
 from treemeter_records import private_key_from_seed, public_key_to_b64
 
 from .services import EXECUTOR_IDS, ROUTER_ID, DemoSetup
 
 START_TIMEOUT_S = 120
+DEFAULT, BATCH = EXECUTOR_IDS[:2], EXECUTOR_IDS[2:3]  # started with the tree
+REPLICA = EXECUTOR_IDS[3]  # batch's replica slot: started by the router when the autoscaler steps up
+# The design's parameters, on a clock ten times faster (a 1 s period, loans returned after 10 s held), so
+# that `make run`'s burst shows a borrow, a scale-up, the return and the scale-down within a minute.
+TREE_CONFIG = f"""\
+version: 1
+scheduler:
+  period_s: 1
+  window_s: 6
+  return_after_s: 10
+subtrees:
+  default:
+    kind: inference
+    executors: [{", ".join(DEFAULT)}]
+    sla: {{p99_ms: 300, max_concurrency: 8}}
+    replicas: {{min: 2, max: 2}}
+  batch:
+    kind: batch
+    executors: [{", ".join(BATCH)}]
+    sla: {{p99_ms: 2000, max_concurrency: 4}}
+    replicas: {{min: 1, max: 2}}
+"""
 
 
 @dataclass
@@ -72,14 +99,28 @@ def model_dir(data_dir: Path) -> Path:
     return directory
 
 
+def demo_rules() -> dict[str, Any]:
+    """The default rules, the batch SLA class's requests sent to subtree ``batch``."""
+    rules = copy.deepcopy(DEFAULT_RULES)
+    for row in rules["policy"]:
+        if row["sla_class"] == "batch":
+            row["subtree"] = "batch"
+    return rules
+
+
 def rules_bundle(data_dir: Path) -> Path:
-    """The router's rules with the classifier trained on the repository's prompts (once, ~15 s)."""
+    """The router's rules with the classifier trained on the repository's prompts (once, ~15 s; again
+    when the demo's rules change)."""
     bundle = data_dir / "router" / "bundle.json"
-    if not bundle.exists():
-        bundle.parent.mkdir(parents=True, exist_ok=True)
-        advice = io.StringIO()  # onnxruntime's quantiser logs advice that is not for the demo's user
-        with contextlib.redirect_stdout(advice), contextlib.redirect_stderr(advice):
-            train_bundle(None, bundle)
+    rules = demo_rules()
+    if bundle.exists() and json.loads(bundle.read_bytes())["policy"] == rules["policy"]:
+        return bundle
+    bundle.parent.mkdir(parents=True, exist_ok=True)
+    rules_file = bundle.with_name("rules.json")
+    rules_file.write_text(json.dumps(rules, indent=1))
+    advice = io.StringIO()  # onnxruntime's quantiser logs advice that is not for the demo's user
+    with contextlib.redirect_stdout(advice), contextlib.redirect_stderr(advice):
+        train_bundle(rules_file, bundle)
     return bundle
 
 
@@ -95,25 +136,37 @@ def start_tree(setup: DemoSetup, platform_url: str, host: str) -> RunningTree:
         pin_platform_key(platform_url, directory)
     public = {name: public_key_to_b64(private_key_from_seed(seed)) for name, seed in setup.seeds.items()}
     router_url = f"http://{host}:{free_port(host)}"
-    trusted = [arg for name in EXECUTOR_IDS for arg in ("--executor", f"{name}={public[name]}")]
     common = ["--platform-url", platform_url]
-    commands = {
-        ROUTER_ID: [
-            *("router", *common, "--agent-id", ROUTER_ID, "--data-dir", str(dirs[ROUTER_ID])),
-            *("--rules", str(bundle), "--host", host, "--port", router_url.rsplit(":", 1)[1], *trusted),
-        ],
-    }
-    for name in EXECUTOR_IDS:
-        commands[name] = [
+
+    def executor(name: str, subtree: str) -> list[str]:
+        return agent_command(
+            dirs[name],
             *("serve", *common, "--agent-id", name, "--data-dir", str(dirs[name])),
             *("--model-dir", str(checkpoint), "--host", host, "--port", str(free_port(host))),
             *("--router-url", router_url, "--router-key", public[ROUTER_ID], "--threads", "1"),
             *("--cache-capacity", "8", "--batch-size", "50", "--batch-age", "0.5", "--quota-leases"),
-        ]
+            *("--subtree", subtree),
+        )
+
+    config = dirs[ROUTER_ID] / "tree-config.yaml"
+    config.write_text(TREE_CONFIG)
+    slots = dirs[ROUTER_ID] / "replica-slots.json"
+    slots.write_text(json.dumps({"batch": [{"agent_id": REPLICA, "command": executor(REPLICA, "batch")}]}))
+    trusted = [arg for name in EXECUTOR_IDS for arg in ("--executor", f"{name}={public[name]}")]
+    commands = {
+        ROUTER_ID: agent_command(
+            dirs[ROUTER_ID],
+            *("router", *common, "--agent-id", ROUTER_ID, "--data-dir", str(dirs[ROUTER_ID])),
+            *("--rules", str(bundle), "--host", host, "--port", router_url.rsplit(":", 1)[1], *trusted),
+            *("--tree-config", str(config), "--replica-slots", str(slots)),
+        ),
+        **{name: executor(name, "default") for name in DEFAULT},
+        **{name: executor(name, "batch") for name in BATCH},
+    }
     processes = {}
     for name, command in commands.items():
         with (log_dir / f"{name}.log").open("ab") as log:
-            processes[name] = subprocess.Popen(agent_command(dirs[name], *command), stdout=log, stderr=log)
+            processes[name] = subprocess.Popen(command, stdout=log, stderr=log)
     manifest = read_manifest(checkpoint)
     model = (str(manifest["model_id"]), str(manifest["weights_sha3"]))
     tree = RunningTree(router_url, processes, dirs, platform_url, log_dir, model)
@@ -143,7 +196,8 @@ def _wait_until_healthy(tree: RunningTree) -> None:
                 log = tree.log_dir / f"{name}.log"
                 raise RuntimeError(f"{name} exited ({process.returncode}); see {log}")
         with contextlib.suppress(httpx.HTTPError, ValueError):
-            if sum(e["healthy"] for e in tree.get("/tree/executors")["executors"]) == len(EXECUTOR_IDS):
+            healthy = sum(e["healthy"] for e in tree.get("/tree/executors")["executors"])
+            if healthy == len(DEFAULT) + len(BATCH):
                 return
         time.sleep(0.2)
     raise RuntimeError(f"the serving tree did not come up within {START_TIMEOUT_S} s; see {tree.log_dir}")

@@ -1,5 +1,6 @@
-"""`make run` end to end: the serving tree (a router and two executors, real processes) serves several
-tenants; the invoices come from their records."""
+"""`make run` end to end: the serving tree (a router and executors in two subtrees, real processes)
+serves several tenants; the invoices come from their records; its burst makes the scheduler borrow and
+scale."""
 
 from __future__ import annotations
 
@@ -14,6 +15,7 @@ from catalog.models import HostCostProfile, PackagePlan
 from clickhouse_store import query
 from common.periods import month_bounds, month_of, previous_month
 from demo.history import HISTORY_AGENT_ID
+from scheduling.models import SchedulerEvent
 from sla.models import SlaReport
 
 pytestmark = [pytest.mark.usefixtures("clickhouse"), pytest.mark.django_db(transaction=True)]
@@ -22,7 +24,9 @@ pytestmark = [pytest.mark.usefixtures("clickhouse"), pytest.mark.django_db(trans
 def test_run_demo_invoices_what_the_agent_served() -> None:
     out = StringIO()
     call_command(
-        "run_demo", "--no-serve", "--port", "0", "--requests", "8", "--history-days", "0", stdout=out
+        "run_demo",
+        *("--no-serve", "--port", "0", "--requests", "8", "--history-days", "0", "--burst", "0"),
+        stdout=out,
     )
     text = out.getvalue()
     assert "8 × HTTP 200, 1 × HTTP 400, 1 × HTTP 401" in text
@@ -43,7 +47,7 @@ def test_run_demo_invoices_what_the_agent_served() -> None:
     [(routed, executors)] = query.select(
         f"SELECT countIf(v = 2), groupUniqArray(agent_id) FROM {query.RECORDS} WHERE status = 'ok'"
     )
-    assert routed == 8 and set(executors) <= {"demo-exec-a", "demo-exec-b"}
+    assert routed == 8 and set(executors) <= {"demo-exec-a", "demo-exec-b", "demo-exec-c"}
     assert "Serving tree:" in text and "per domain (classifier):" in text and "hop latency per layer" in text
 
 
@@ -54,7 +58,9 @@ def stored_contracts() -> set[str]:
 def test_run_demo_sends_its_history_once_with_terms_for_every_page() -> None:
     first = StringIO()
     call_command(
-        "run_demo", "--no-serve", "--port", "0", "--requests", "3", "--history-days", "3", stdout=first
+        "run_demo",
+        *("--no-serve", "--port", "0", "--requests", "3", "--history-days", "3", "--burst", "0"),
+        stdout=first,
     )
     [(history, history_ok)] = query.select(
         f"SELECT count(), countIf(status = 'ok') FROM {query.RECORDS} WHERE agent_id = {{agent:String}}",
@@ -83,10 +89,41 @@ def test_run_demo_sends_its_history_once_with_terms_for_every_page() -> None:
 
     again = StringIO()
     call_command(
-        "run_demo", "--no-serve", "--port", "0", "--requests", "3", "--history-days", "3", stdout=again
+        "run_demo",
+        *("--no-serve", "--port", "0", "--requests", "3", "--history-days", "3", "--burst", "0"),
+        stdout=again,
     )
     assert "History (3 days before today): already ingested" in again.getvalue()
     [(after,)] = query.select(
         f"SELECT count() FROM {query.RECORDS} WHERE agent_id = {{agent:String}}", {"agent": HISTORY_AGENT_ID}
     )
     assert after == history
+
+
+def test_run_demos_burst_borrows_scales_up_and_gives_back_with_records_billed_to_the_borrower() -> None:
+    """The burst of batch requests: subtree batch borrows an executor of default and its autoscaler
+    starts the replica slot; once quiet, the loan goes back and the replica stops. Every event reaches the
+    platform. The requests a lent executor served are batch's, billed to the batch contract."""
+    out = StringIO()
+    call_command(
+        "run_demo", *("--no-serve", "--port", "0", "--requests", "3", "--history-days", "0"), stdout=out
+    )
+    text = out.getvalue()
+    events = list(SchedulerEvent.objects.order_by("at_ns"))
+    kinds = [e.kind for e in events]
+    assert {"borrow", "scale_up", "return", "scale_down"} <= set(kinds), text
+    [borrow] = [e for e in events if e.kind == "borrow"]
+    assert (borrow.subtree, borrow.lender) == ("batch", "default") and borrow.figures["periods"] >= 3
+    assert borrow.executor in ("demo-exec-a", "demo-exec-b")
+    [returned] = [e for e in events if e.kind == "return"]
+    assert returned.executor == borrow.executor and returned.at_ns - borrow.at_ns >= 10 * 10**9
+    up = next(e for e in events if e.kind == "scale_up")
+    assert up.subtree == "batch" and (up.figures["replicas"], up.figures["desired"]) == (1, 2)
+    assert up.figures["p99_ms"] > 200
+    assert "the replica demo-exec-d joined subtree batch" in text and "records all invoiced" in text
+    lent = query.select(
+        f"SELECT contract, JSONExtractString(decision, 'claims', 'subtree') FROM {query.RECORDS} "
+        "WHERE agent_id = {agent:String} AND startsWith(client_request_id, 'burst-')",
+        {"agent": borrow.executor},
+    )
+    assert lent and set(lent) == {("nova-batch-2026", "batch")}

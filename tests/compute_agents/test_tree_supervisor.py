@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -32,6 +33,12 @@ def test_scale_starts_slots_in_order_and_stops_the_last_first(tmp_path: Path) ->
         assert supervisor.subtrees() == ("main",) and supervisor.replicas("main") == 0
         supervisor.scale("main", 2)
         assert supervisor.replicas("main") == 2
+        for name in ("r-1", "r-2"):  # each runs its own command, its output in its log
+            log = tmp_path / "replicas" / f"{name}.log"
+            deadline = time.monotonic() + 20
+            while log.read_text() != f"{name}\n":
+                assert time.monotonic() < deadline
+                time.sleep(0.02)
         first = supervisor._running["r-1"].process
         supervisor.scale("main", 3)
         supervisor.scale("main", 1)
@@ -41,14 +48,29 @@ def test_scale_starts_slots_in_order_and_stops_the_last_first(tmp_path: Path) ->
         first.kill()
         first.wait()
         assert supervisor.replicas("main") == 0  # exited by itself: counted no more
-        with pytest.raises(ScaleFailed, match="has 3 replica slots; 4 were asked"):
+        with pytest.raises(ScaleFailed, match="runs 0 executors of its own and has 3 replica slots: 4"):
             supervisor.scale("main", 4)
         with pytest.raises(ScaleFailed, match="no replica slots for subtree 'other'"):
             supervisor.scale("other", 1)
     finally:
         supervisor.stop_all()
     assert supervisor._running == {}
-    assert (tmp_path / "replicas" / "r-2.log").read_text() == "r-2\n"
+
+
+def test_the_configs_own_executors_count_and_are_never_stopped(tmp_path: Path) -> None:
+    path = slots_file(tmp_path, {"main": [{"agent_id": "r-1", "command": [*SLEEPER, "r-1"]}]})
+    supervisor = LocalSupervisor(load_slots(path), tmp_path / "replicas", {"main": 2}, stop_timeout_s=5)
+    try:
+        assert supervisor.replicas("main") == 2
+        supervisor.scale("main", 2)  # its own two: nothing to start
+        assert supervisor._running == {}
+        supervisor.scale("main", 3)
+        assert supervisor.replicas("main") == 3 and set(supervisor._running) == {"r-1"}
+        with pytest.raises(ScaleFailed, match="runs 2 executors of its own and has 1 replica slots: 1"):
+            supervisor.scale("main", 1)
+        assert supervisor.replicas("main") == 3
+    finally:
+        supervisor.stop_all()
 
 
 def test_a_command_that_cannot_start_is_scale_failed(tmp_path: Path) -> None:

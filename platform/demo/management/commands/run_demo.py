@@ -1,12 +1,15 @@
 """`make run`: the whole path on embedded defaults — a serving tree of real processes (an L1 router with
-its semantic classifier, two executors on a tiny MoE) serves requests for several tenants, packages and
-SLA classes; their signed records are ingested and invoiced."""
+its semantic classifier, executors on a tiny MoE in two subtrees) serves requests for several tenants,
+packages and SLA classes, then a burst it generates makes its scheduler borrow and scale; the signed
+records are ingested and invoiced."""
 
 from __future__ import annotations
 
 import itertools
+import threading
 import time
 from argparse import ArgumentParser
+from collections import Counter
 from datetime import UTC, datetime, timedelta
 from typing import Any, TextIO, cast
 
@@ -26,8 +29,12 @@ from common.money import round_money
 from demo.history import backfill, seed_terms
 from demo.server import start_api_server
 from demo.services import DemoSetup, ensure_admin, seed_demo
-from demo.tree import RunningTree, start_tree
+from demo.tree import BATCH, REPLICA, RunningTree, start_tree
+from scheduling.models import SchedulerEvent
 
+BURST_SENDERS = 6
+BURST_LIMIT_S = 90
+SETTLE_LIMIT_S = 45  # after the burst: the loan returned (held 10 s) and the replica stopped
 PROMPTS = (
     "Review the payment clause: the party shall pay each invoice within thirty days.",
     "合同审查：付款条款与责任条款是否一致？",
@@ -51,6 +58,12 @@ class Command(BaseCommand):
             default=30,
             help="Days of signed usage sent before the live run (once per data dir); 0 for none.",
         )
+        parser.add_argument(
+            "--burst",
+            type=int,
+            default=BURST_LIMIT_S,
+            help="Seconds at most of the burst that makes the scheduler borrow and scale; 0 for none.",
+        )
 
     def handle(self, *args: Any, **options: Any) -> None:
         console = Console(file=cast(TextIO, self.stdout), width=110)
@@ -71,7 +84,7 @@ class Command(BaseCommand):
                 f"Cannot listen on {options['host']}:{options['port']}: {error}. Try --port 0."
             ) from None
         console.print(f"Platform API at {url}")
-        with console.status("Starting the serving tree: an L1 router and two executors (tiny Qwen3-MoE)…"):
+        with console.status("Starting the serving tree: an L1 router and three executors (tiny Qwen3-MoE)…"):
             tree = start_tree(setup, url, options["host"])
         stopped = False
         try:
@@ -85,10 +98,19 @@ class Command(BaseCommand):
             if options["history_days"] > 0:
                 self._history(console, setup, url, options["history_days"], tree.model)
             self._send_requests(console, setup, tree, options["requests"])
+            if options["burst"] > 0:
+                self._burst(console, setup, tree, options["burst"])
             self._tree_summary(console, tree.get("/tree/stats"))
             tree.stop()
             stopped = True
             console.print("Spools drained: every record signed and acknowledged by the platform")
+            if options["burst"] > 0:
+                run = SchedulerEvent.objects.filter(at__gte=period_start)
+                stored = Counter(run.values_list("kind", flat=True))
+                console.print(
+                    "Scheduler events of this run stored by the platform (staff: /finance/scheduler/): "
+                    + ", ".join(f"{kind} {n}" for kind, n in sorted(stored.items()))
+                )
             self._hop_latencies(console, period_start)
             self._invoice(console, setup, period_start)
         finally:
@@ -176,6 +198,64 @@ class Command(BaseCommand):
         )
         if statuses.get(200) != count:
             raise CommandError(f"Only {statuses.get(200, 0)} of {count} requests were served.")
+
+    def _burst(self, console: Console, setup: DemoSetup, tree: RunningTree, limit_s: int) -> None:
+        """Batch requests from BURST_SENDERS at once, until the scheduler has lent subtree batch an
+        executor of default and the autoscaler's replica has passed its warm-up and joined; then quiet,
+        until the loan is returned and the replica stopped. Prints the events as the router logged them."""
+        key = next(k for k in setup.keys if k.sla_class == "batch")
+        headers = {"Authorization": f"Bearer {key.secret}"}
+        statuses: Counter[int] = Counter()
+        lock, stop = threading.Lock(), threading.Event()
+
+        def send(sender: int) -> None:
+            with httpx.Client(base_url=tree.url, timeout=120) as client:
+                for number in itertools.count():
+                    if stop.is_set():
+                        return
+                    body = {"model": "tiny", "prompt": PROMPTS[number % len(PROMPTS)], "max_tokens": 32}
+                    request_id = {"X-Request-Id": f"burst-{sender}-{number}"}
+                    answer = client.post("/v1/completions", json=body, headers={**headers, **request_id})
+                    with lock:
+                        statuses[answer.status_code] += 1
+
+        def kinds() -> set[str]:
+            scheduler = tree.get("/tree/scheduler")
+            return {e["kind"] for e in scheduler["recent"] if e["subtree"] == "batch"}
+
+        def joined() -> bool:
+            return bool(tree.get("/tree/scheduler")["replicas"]["batch"]["heard"] > len(BATCH))
+
+        began = time.monotonic()
+        senders = [threading.Thread(target=send, args=(n,), daemon=True) for n in range(BURST_SENDERS)]
+        with console.status(f"Burst: {BURST_SENDERS} batch requests at once until the scheduler moves…"):
+            for thread in senders:
+                thread.start()
+            while time.monotonic() - began < limit_s and not ({"borrow", "scale_up"} <= kinds() and joined()):
+                time.sleep(0.5)
+            stop.set()
+            for thread in senders:
+                thread.join()
+        burst_s = time.monotonic() - began
+        with console.status("Burst over: waiting for the loan's return and the scale-down…"):
+            quiet = time.monotonic()
+            while time.monotonic() - quiet < SETTLE_LIMIT_S and not {"return", "scale_down"} <= kinds():
+                time.sleep(0.5)
+        console.print(
+            f"Burst: {sum(statuses.values())} batch requests in {burst_s:.0f} s ("
+            + ", ".join(f"{n} × HTTP {code}" for code, n in sorted(statuses.items()))
+            + f"); the replica {REPLICA} {'joined' if joined() else 'did not join'} subtree batch"
+        )
+        scheduler = tree.get("/tree/scheduler")
+        first = min((e["at_ns"] for e in scheduler["recent"]), default=0)
+        for event in scheduler["recent"]:
+            moved = f" {event['executor']} from {event['lender']}" if event.get("lender") else ""
+            console.print(
+                f"  +{(event['at_ns'] - first) / 1e9:5.1f} s  {event['kind']:<10} {event['subtree']}{moved}: "
+                f"{event['reason']}"
+            )
+        if not {"borrow", "scale_up"} <= kinds():
+            raise CommandError(f"The burst ({burst_s:.0f} s) made no borrow and scale-up; see {tree.log_dir}")
 
     def _tree_summary(self, console: Console, stats: dict[str, Any]) -> None:
         def counts(title: str, values: dict[str, int]) -> None:
