@@ -5,6 +5,13 @@ L1 + L2 seconds at operations per hour (catalog.HostCostProfile; the host class 
 ClickHouse query sums the layer times per (agent, tenant, contract, package); the profiles are applied
 per agent, never per record.
 
+An executor lent to another subtree (the scheduler's borrow, until its return) is the borrower's for the
+time it is held: the GPU hours held and not spent on records (those are costed above, to the packages
+whose requests they served, the borrower's) are charged to the borrowing subtree's contracts, in
+proportion to their successful requests decided for that subtree while the loan lasted (``loan_charges``).
+A loan whose borrower served nothing while holding it is charged to no contract; the scheduler page still
+shows it.
+
 Revenue is what the period's issued invoices (finalised or paid; not drafts, not void) billed before
 tax, less their credit notes, plus their debit notes; a note counts in its invoice's period. The
 finance pages use the same definition (`net_revenue_by`). A cost report compares revenue in the cost
@@ -19,11 +26,13 @@ from datetime import datetime
 from decimal import Decimal
 
 from django.db.models import Case, F, QuerySet, Sum, When
+from django.utils import timezone
 
 from agents.models import Agent
 from catalog.models import ComputePackage, HostCostProfile
-from clickhouse_store.queries.billing import LayerTimes, layer_times
+from clickhouse_store.queries.billing import LayerTimes, busy_l3_us, layer_times, subtree_shares
 from common.money import round_money
+from scheduling.selectors import Loan, loans
 
 from .models import Invoice, Note
 
@@ -45,6 +54,7 @@ class CostRow:
     cost: Decimal
     unpriced_requests: int  # served by hosts without a cost profile: their cost is unknown, not zero
     revenue: Decimal
+    loan_cost: Decimal = ZERO  # of ``cost``: executors borrowed, held and idle (``loan_charges``)
 
     @property
     def cost_per_request(self) -> Decimal | None:
@@ -76,6 +86,47 @@ def _attributed(start: datetime, end: datetime, package: str = "") -> list[tuple
     return attributed
 
 
+@dataclass(frozen=True)
+class LoanCharge:
+    """One contract's part of a loan's idle held cost."""
+
+    loan: Loan
+    tenant: str
+    contract: str
+    package: str
+    cost: Decimal
+
+
+def loan_charges(start: datetime, end: datetime, now: datetime | None = None) -> list[LoanCharge]:
+    """The loans' idle held cost in [start, end), per borrowing contract (see the module's docstring).
+    A loan not returned is held until ``now``; an executor whose host class has no cost profile costs
+    nothing here (its records are counted as unpriced above)."""
+    now = now or timezone.now()
+    host_of = dict(Agent.objects.values_list("agent_id", "host_class"))
+    profiles = {p.host_class: p for p in HostCostProfile.objects.all()}
+    charges: list[LoanCharge] = []
+    for loan in loans(start, end):
+        held_from, held_to = max(loan.start, start), min(loan.end or now, end)
+        if held_to <= held_from:
+            continue
+        held_us = int((held_to - held_from).total_seconds() * 1_000_000)
+        busy = busy_l3_us(loan.executors, held_from, held_to)
+        idle = ZERO
+        for executor in loan.executors:
+            profile = profiles.get(host_of.get(executor, ""))
+            if profile is not None:
+                idle += record_cost(profile, max(0, held_us - busy.get(executor, 0)), 0)
+        shares = subtree_shares(loan.borrower, loan.start, loan.end or now)
+        total = sum(share.requests for share in shares)
+        if not idle or not total:
+            continue
+        charges.extend(
+            LoanCharge(loan, share.tenant, share.contract, share.package, idle * share.requests / total)
+            for share in shares
+        )
+    return charges
+
+
 def cost_report(start: datetime, end: datetime, by: str = "contract") -> list[CostRow]:
     """Cost, cost per request, revenue and gross margin per contract, package or tenant, for [start, end).
     Costs are in the profiles' currency, and so is the revenue: other currencies' invoices are left out
@@ -92,10 +143,15 @@ def cost_report(start: datetime, end: datetime, by: str = "contract") -> list[Co
             unpriced[key] += row.requests
         else:
             cost[key] += row_cost
+    lent: dict[str, Decimal] = defaultdict(Decimal)
+    for charge in loan_charges(start, end):
+        key = getattr(charge, by)
+        lent[key] += charge.cost
+        cost[key] += charge.cost
     revenue = _revenue(start, end, by)
     return [
-        CostRow(key, requests[key], cost[key], unpriced[key], revenue.get(key, ZERO))
-        for key in sorted(set(requests) | set(revenue))
+        CostRow(key, requests[key], cost[key], unpriced[key], revenue.get(key, ZERO), lent[key])
+        for key in sorted(set(requests) | set(revenue) | set(lent))
     ]
 
 

@@ -105,6 +105,7 @@ def costs(start: datetime, end: datetime, by: str) -> Table:
         Column("requests", pgettext_lazy("finance", "Requests"), "integer"),
         Column("unpriced_requests", pgettext_lazy("finance", "Requests without a cost profile"), "integer"),
         money("cost", pgettext_lazy("finance", "Cost")),
+        money("loan_cost", pgettext_lazy("finance", "Of which borrowed executors, held idle")),
         Column("cost_currency", pgettext_lazy("finance", "Cost currency")),
         quantity("cost_per_request", pgettext_lazy("finance", "Cost per request")),
         money("revenue", pgettext_lazy("finance", "Net revenue")),

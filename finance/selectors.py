@@ -174,7 +174,13 @@ def cost_rows(start: datetime, end: datetime, by: str) -> list[dict[str, Any]]:
     }
     costs_in = cost_currency()
     rows: dict[tuple[str, str], dict[str, Any]] = defaultdict(
-        lambda: {"requests": 0, "unpriced_requests": 0, "raw_cost": Decimal(0), "revenue": ZERO}
+        lambda: {
+            "requests": 0,
+            "unpriced_requests": 0,
+            "raw_cost": Decimal(0),
+            "raw_loan_cost": Decimal(0),
+            "revenue": ZERO,
+        }
     )
     for code in codes:
         owner = owners.get(code, {"currency": "", "package_code": "", "tenant_code": ""})
@@ -187,6 +193,7 @@ def cost_rows(start: datetime, end: datetime, by: str) -> list[dict[str, Any]]:
                 row["requests"] += cost.requests
                 row["unpriced_requests"] += cost.unpriced_requests
                 row["raw_cost"] += cost.cost
+                row["raw_loan_cost"] += cost.loan_cost
     return [_margin(by, key, currency, row, costs_in) for (key, currency), row in sorted(rows.items())]
 
 
@@ -200,6 +207,7 @@ def _margin(by: str, key: str, currency: str, row: dict[str, Any], costs_in: str
         "requests": row["requests"],
         "unpriced_requests": row["unpriced_requests"],
         "cost": cost,
+        "loan_cost": round_money(row["raw_loan_cost"], costs_in) if costs_in else None,
         "cost_currency": costs_in or "",
         "cost_per_request": (row["raw_cost"] / priced).quantize(Decimal("1E-6"))
         if priced and costs_in

@@ -1,4 +1,5 @@
-"""Reads of the stored scheduler events: the staff page's list and chart (finance)."""
+"""Reads of the stored scheduler events: the staff page's list and chart (finance), and the loans the
+borrows and returns make (billing's cost attribution)."""
 
 from __future__ import annotations
 
@@ -38,3 +39,38 @@ def chart_events(selected: EventFilter, limit: int) -> tuple[list[SchedulerEvent
     """The newest ``limit`` matching events in time order, and whether older ones were left out."""
     newest = list(scheduler_events(selected)[: limit + 1])
     return newest[:limit][::-1], len(newest) > limit
+
+
+@dataclass(frozen=True)
+class Loan:
+    """Executors a router lent ``borrower`` from ``lender``, from ``start`` until ``end`` (None: not
+    returned yet)."""
+
+    router: str
+    executors: tuple[str, ...]
+    lender: str
+    borrower: str
+    start: datetime
+    end: datetime | None
+
+
+def loans(start: datetime, end: datetime) -> list[Loan]:
+    """The loans held some time in [start, end): each borrow with the first return after it of the same
+    router, executors and borrower."""
+    moves = SchedulerEvent.objects.filter(
+        kind__in=(SchedulerEvent.Kind.BORROW, SchedulerEvent.Kind.RETURN), at__lt=end
+    ).select_related("router")
+    found: list[Loan] = []
+    open_loans: dict[tuple[str, str, str], Loan] = {}
+    for event in moves.order_by("at_ns", "id"):
+        key = (event.router.agent_id, event.executor, event.subtree)
+        if event.kind == SchedulerEvent.Kind.BORROW:
+            executors = tuple(name for name in event.executor.split(",") if name)
+            open_loans[key] = Loan(key[0], executors, event.lender, event.subtree, event.at, None)
+        elif key in open_loans:
+            loan = open_loans.pop(key)
+            found.append(Loan(loan.router, loan.executors, loan.lender, loan.borrower, loan.start, event.at))
+    found.extend(open_loans.values())
+    return sorted(
+        (loan for loan in found if loan.end is None or loan.end > start), key=lambda loan: loan.start
+    )

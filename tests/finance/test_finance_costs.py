@@ -86,9 +86,9 @@ def test_cost_downloads_parse_back_to_the_rows() -> None:
     client = staff_client()
     rows = csv_rows(client, "/finance/costs/download.csv?month=2026-11&by=tenant")
     assert [tuple(r.values()) for r in rows] == [
-        ("acme", "CNY", "10", "0", "7.07", "CNY", "0.707000", "9.00", "0.2144"),
-        ("acme", "USD", "4", "0", "2.83", "CNY", "0.707000", "4.00", ""),
-        ("bolt", "CNY", "2", "2", "0.00", "CNY", "", "2.00", ""),
+        ("acme", "CNY", "10", "0", "7.07", "0.00", "CNY", "0.707000", "9.00", "0.2144"),
+        ("acme", "USD", "4", "0", "2.83", "0.00", "CNY", "0.707000", "4.00", ""),
+        ("bolt", "CNY", "2", "2", "0.00", "0.00", "CNY", "", "2.00", ""),
     ]
     table = parquet_table(client, "/finance/costs/download.parquet?month=2026-11&by=tenant")
     assert table.schema.field("cost").type == pa.decimal128(20, 2)

@@ -328,6 +328,43 @@ def layer_times(start: datetime, end: datetime, package: str = "") -> list[Layer
     return [LayerTimes(a, t, c, p, int(n), int(l3), int(l1_l2)) for a, t, c, p, n, l3, l1_l2 in rows]
 
 
+# A loan of executors to a subtree (the scheduler's borrow and return): the L3 time the lent executors
+# spent on successful records while held, and the borrower's successful requests per contract then.
+_LOAN_BUSY_SQL = (
+    f"SELECT agent_id, sum(l3_latency_us) FROM {query.RECORDS} "  # noqa: S608
+    "WHERE status = 'ok' AND agent_id IN {agents:Array(String)} "
+    "AND start_time >= {start:DateTime64(9, 'UTC')} AND start_time < {end:DateTime64(9, 'UTC')} "
+    "GROUP BY agent_id"
+)
+_LOAN_SHARES_SQL = (
+    f"SELECT tenant, contract, package, count() FROM {query.RECORDS} "  # noqa: S608
+    "WHERE status = 'ok' AND JSONExtractString(decision, 'claims', 'subtree') = {subtree:String} "
+    "AND start_time >= {start:DateTime64(9, 'UTC')} AND start_time < {end:DateTime64(9, 'UTC')} "
+    "GROUP BY tenant, contract, package ORDER BY tenant, contract, package"
+)
+
+
+class SubtreeShare(NamedTuple):
+    """One contract's successful requests decided for a subtree in a window."""
+
+    tenant: str
+    contract: str
+    package: str
+    requests: int
+
+
+def busy_l3_us(agents: Sequence[str], start: datetime, end: datetime) -> dict[str, int]:
+    """Per agent of ``agents``: the L3 µs of its successful records that started in [start, end)."""
+    rows = query.select(_LOAN_BUSY_SQL, {"agents": list(agents), "start": start, "end": end})
+    return {agent: int(us) for agent, us in rows}
+
+
+def subtree_shares(subtree: str, start: datetime, end: datetime) -> list[SubtreeShare]:
+    """The successful requests of [start, end) whose signed decision names ``subtree``, per contract."""
+    rows = query.select(_LOAN_SHARES_SQL, {"subtree": subtree, "start": start, "end": end})
+    return [SubtreeShare(t, c, p, int(n)) for t, c, p, n in rows]
+
+
 # The record fields a rule sees, plus the period's latency percentiles and error rate per contract.
 # Our own constant SQL; tenant, contract and period are bound parameters.
 _RULE_SOURCE = (
