@@ -1,10 +1,14 @@
 """The scheduler page: the routers' scheduler events (scheduling.selectors) as a paginated table, newest
-first, and the chart's figures per subtree. Every number shown comes from the stored events: the desired
-replicas of each scaling step (``figures["desired"]``) and the executors of each borrow and return
-(``figures["executors"]``, or the executor ids it names)."""
+first, and the charts' figures per subtree. Every number shown comes from the stored events or the
+records: the desired replicas of each scaling step (``figures["desired"]``), the executors of each
+borrow and return (``figures["executors"]``, or the executor ids it names), the P99 objective the router
+sent with its events (``figures["sla_p99_ms"]``), and per time bucket the P99 latency, the requests in
+flight and the wait in line of the records decided for the subtree
+(clickhouse_store.queries.scheduling)."""
 
 from __future__ import annotations
 
+import math
 import re
 from dataclasses import dataclass
 from datetime import UTC, date, datetime, time, timedelta
@@ -13,8 +17,10 @@ from typing import Any
 from django.contrib.staticfiles import finders
 from django.core.paginator import Paginator
 from django.http import QueryDict
+from django.utils import timezone
 from django.utils.translation import pgettext, pgettext_lazy
 
+from clickhouse_store.queries.scheduling import subtree_timeline
 from scheduling.models import SchedulerEvent
 from scheduling.selectors import EventFilter, chart_events, scheduler_events
 
@@ -27,6 +33,8 @@ ECHARTS = "vendor/echarts/echarts.min.js"  # as the portal's usage page: install
 SCALING = (SchedulerEvent.Kind.SCALE_UP, SchedulerEvent.Kind.SCALE_DOWN)
 FILTERS = ("subtree", "kind", "from", "to", "page")
 DAY = re.compile(r"^\d{4}-\d{2}-\d{2}\Z", re.ASCII)
+TIMELINE_DEFAULT = timedelta(hours=24)  # without from/to: the last day
+TIMELINE_BUCKETS = 720  # at most, per subtree; a bucket is a minute or longer
 
 KIND_LABELS = {
     SchedulerEvent.Kind.BORROW.value: pgettext_lazy("finance", "Borrow"),
@@ -145,27 +153,51 @@ def _number(value: Any) -> bool:
     return isinstance(value, int | float) and not isinstance(value, bool)
 
 
-def chart(selected: EventFilter) -> dict[str, Any]:
+def timeline_window(selected: EventFilter, now: datetime) -> tuple[datetime, datetime, int]:
+    """The records' window (the page's days, or the last day) and its bucket in seconds."""
+    end = selected.end or now
+    start = selected.start or end - TIMELINE_DEFAULT
+    return start, end, max(60, math.ceil((end - start).total_seconds() / TIMELINE_BUCKETS))
+
+
+def chart(selected: EventFilter, now: datetime) -> dict[str, Any]:
     """Per subtree, in time order: ``desired`` [ms, replicas, kind] of each scaling step, ``borrow`` and
-    ``return`` [ms, executors, lender, executor ids] of each move; times are Unix milliseconds (UTC)."""
+    ``return`` [ms, executors, lender, executor ids] of each move, ``service`` [ms, P99 ms, requests in
+    flight, wait in line ms, answers] per bucket of its records, and ``sla_p99_ms``, the objective its
+    router last sent (None: none sent). Times are Unix milliseconds (UTC)."""
     events, truncated = chart_events(selected, CHART_MAX)
-    subtrees: dict[str, dict[str, list[list[Any]]]] = {}
+    subtrees: dict[str, dict[str, Any]] = {}
+
+    def series(name: str) -> dict[str, Any]:
+        empty: dict[str, Any] = {"desired": [], "borrow": [], "return": [], "service": [], "sla_p99_ms": None}
+        return subtrees.setdefault(name, empty)
+
     for event in events:
-        series = subtrees.setdefault(event.subtree, {"desired": [], "borrow": [], "return": []})
+        found = series(event.subtree)
+        if _number(event.figures.get("sla_p99_ms")):
+            found["sla_p99_ms"] = event.figures["sla_p99_ms"]
         at_ms = event.at_ns // 1_000_000
         if event.kind in SCALING:
             desired = event.figures.get("desired")
             if _number(desired):
-                series["desired"].append([at_ms, desired, event.kind])
+                found["desired"].append([at_ms, desired, event.kind])
             continue
         moved = event.figures.get("executors")
         if not _number(moved):
             moved = len([name for name in event.executor.split(",") if name])
-        series[event.kind].append([at_ms, moved, event.lender, event.executor])
+        found[event.kind].append([at_ms, moved, event.lender, event.executor])
+    start, end, bucket_s = timeline_window(selected, now)
+    for row in subtree_timeline(start, end, bucket_s):
+        if selected.subtree and row.subtree != selected.subtree:
+            continue
+        at_ms = int(row.start.timestamp() * 1000)
+        values = [round(row.p99_ms, 1), round(row.in_flight, 3), round(row.queue_ms, 1), row.answers]
+        series(row.subtree)["service"].append([at_ms, *values])
     return {
-        "subtrees": [{"subtree": name, **series} for name, series in sorted(subtrees.items())],
+        "subtrees": [{"subtree": name, **found} for name, found in sorted(subtrees.items())],
         "truncated": truncated,
         "limit": CHART_MAX,
+        "bucket_s": bucket_s,
     }
 
 
@@ -177,6 +209,11 @@ def chart_text() -> dict[str, str]:
         "return": pgettext("finance", "Return"),
         "lender": pgettext("finance", "Lender"),
         "no_data": pgettext("finance", "No scheduler events match these filters."),
+        "p99": pgettext("finance", "P99 latency (ms)"),
+        "sla": pgettext("finance", "P99 objective"),
+        "in_flight": pgettext("finance", "Requests in flight"),
+        "queue": pgettext("finance", "Wait in line (ms)"),
+        "answers": pgettext("finance", "Answers"),
     }
 
 
@@ -187,7 +224,7 @@ def report_context(query: QueryDict) -> tuple[Table, dict[str, Any]]:
     return table, {
         "pager": pager,
         "kind_labels": list(KIND_LABELS.items()),
-        "chart": chart(selected),
+        "chart": chart(selected, timezone.now()),
         "chart_text": chart_text(),
         "charts_available": charts_available(),
         "echarts": ECHARTS,

@@ -14,6 +14,7 @@ from __future__ import annotations
 import threading
 import time
 from collections.abc import Callable
+from dataclasses import replace
 from typing import Any
 
 import structlog
@@ -111,11 +112,12 @@ class TreeScheduling:
 
     def tick(self, now: float) -> list[SchedulerEvent]:
         events = self.borrowing.tick(now, self.loads())
+        published = []
         for event in events:
             executors = (event.executor or "").split(",")
             self.registry.lend(executors, event.subtree if event.kind == BORROW else None)
-            self._publish(event)
-        return events + self._autoscale(now)
+            published.append(self._publish(event))
+        return published + self._autoscale(now)
 
     def _autoscale(self, now: float) -> list[SchedulerEvent]:
         """The autoscaler's period over the actuator's subtrees; a step the actuator could not take is
@@ -138,11 +140,15 @@ class TreeScheduling:
             except ScaleFailed as error:
                 log.error("scale_failed", subtree=event.subtree, reason=event.reason, error=str(error))
                 continue
-            self._publish(event)
-            taken.append(event)
+            taken.append(self._publish(event))
         return taken
 
-    def _publish(self, event: SchedulerEvent) -> None:
+    def _publish(self, event: SchedulerEvent) -> SchedulerEvent:
+        """Log, keep and tell the event, with its subtree's P99 objective among its figures (what the
+        platform's charts draw the P99 against)."""
+        subtree = self.config.subtrees.get(event.subtree)
+        if subtree is not None:
+            event = replace(event, figures={**event.figures, "sla_p99_ms": subtree.p99_ms})
         log.info(
             "scheduler_event",
             kind=event.kind,
@@ -155,6 +161,7 @@ class TreeScheduling:
         self.outbox.add(event)
         for listener in self.listeners:
             listener(event)
+        return event
 
     def start(self) -> None:
         self._thread = threading.Thread(target=self._run, name="scheduler", daemon=True)

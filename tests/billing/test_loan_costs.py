@@ -11,7 +11,6 @@ from decimal import Decimal
 from typing import Any
 
 import pytest
-from django.test import Client
 
 from agents.models import Agent
 from billing.costs import cost_report, loan_charges
@@ -19,48 +18,16 @@ from catalog.models import HostCostProfile
 from contracts.models import Contract
 from finance.selectors import cost_rows
 from scheduling.services import EventInput, record_scheduler_events
-from tests.factories import ContractFactory, SigningAgent, signing_agent
-from treemeter_records import new_record_id, protocol, sign_record
+from tests.billing.usage import ingest, routed_record
+from tests.factories import ContractFactory, signing_agent
+from treemeter_records import new_record_id
 from treemeter_records.timeutil import unix_nanos
 
 pytestmark = [pytest.mark.django_db, pytest.mark.usefixtures("clickhouse")]
 D = Decimal
-NODE = "l1.00112233445566ff"
 BORROWED = datetime(2026, 11, 10, 10, 0, 0, tzinfo=UTC)
 RETURNED = BORROWED + timedelta(seconds=10)
 HOUR = (datetime(2026, 11, 10, 10, tzinfo=UTC), datetime(2026, 11, 10, 11, tzinfo=UTC))
-
-
-def _routed(
-    executor: SigningAgent, router: SigningAgent, contract: Contract, subtree: str, at: datetime
-) -> dict[str, Any]:
-    """A successful request decided for ``subtree`` and served by ``executor``: L3 90,000 µs."""
-    start_ns = unix_nanos(at)
-    record = executor.record(
-        contract,
-        start_ns=start_ns,
-        hops=[
-            {"layer": "L1", "node": NODE, "latency_us": 0},
-            {"layer": "L3", "node": f"{executor.agent_id}.l3", "latency_us": 90_000},
-            {"layer": "L1", "node": NODE, "latency_us": 0},
-        ],
-    )
-    claims = {
-        "record_id": record["record_id"],
-        "router": router.agent_id,
-        "node": NODE,
-        "rules_sha256": "00112233445566ff" * 4,
-        "domain": "contract_review",
-        "confidence_ppm": 930_000,
-        "l2_confirmation": False,
-        "path": ["L1", "L3", "L1"],
-        "subtree": subtree,
-        "executor": executor.agent_id,
-        "preheat": [],
-        "l1_in_us": 0,
-        "decided_ns": start_ns,
-    }
-    return sign_record(record, protocol.sign_decision(router.key, claims), executor.key)
 
 
 def _move(router: Agent, kind: str, at: datetime, executor: str = "lent-1") -> EventInput:
@@ -90,12 +57,8 @@ def loan() -> dict[str, Any]:
     kept = signing_agent(*contracts, agent_id="kept-1")
     Agent.objects.filter(agent_id__in=("lent-1", "kept-1")).update(host_class="gpu")
     during = BORROWED + timedelta(seconds=2)
-    _ingest(lent, [_routed(lent, router, c, "batch", during) for c in (first, first, second)])
-    other = kept.batch([_routed(kept, router, bystander, "default", during)]).body()
-    assert (
-        Client().post("/v1/ingest/batches", data=other, content_type="application/x-ndjson").status_code
-        == 200
-    )
+    ingest(lent, [routed_record(lent, router, c, "batch", during) for c in (first, first, second)])
+    ingest(kept, [routed_record(kept, router, bystander, "default", during)])
     router_row = Agent.objects.get(agent_id="router-1")
     record_scheduler_events(
         router=router_row,
@@ -103,13 +66,6 @@ def loan() -> dict[str, Any]:
         now=RETURNED,
     )
     return {"router": router_row, "lent": lent, "router_agent": router, "second": second}
-
-
-def _ingest(agent: SigningAgent, records: list[dict[str, Any]]) -> None:
-    response = Client().post(
-        "/v1/ingest/batches", data=agent.batch(records).body(), content_type="application/x-ndjson"
-    )
-    assert response.status_code == 200, response.content
 
 
 def test_the_idle_held_time_goes_to_the_borrowers_contracts_by_their_requests(loan: dict[str, Any]) -> None:
@@ -143,10 +99,10 @@ def test_a_loan_not_returned_is_held_until_now(loan: dict[str, Any]) -> None:
     record_scheduler_events(router=router, events=[_move(router, "borrow", again)], now=again)
     now = again + timedelta(seconds=4)
     assert [c for c in loan_charges(*HOUR, now=now) if c.loan.start == again] == []  # no request yet
-    served = _routed(
+    served = routed_record(
         loan["lent"], loan["router_agent"], loan["second"], "batch", again + timedelta(seconds=1)
     )
-    _ingest(loan["lent"], [served])
+    ingest(loan["lent"], [served])
     charges = [c for c in loan_charges(*HOUR, now=now) if c.loan.start == again]
     # 4 s held until now, 90,000 µs of it serving: 3.91, all second's
     assert [(c.contract, c.loan.end, c.cost) for c in charges] == [("second", None, D("3.91"))]

@@ -87,7 +87,7 @@ def test_a_hot_subtree_borrows_an_executor_the_registry_serves_to_it_then_gives_
         "batch",
         "b-1",
     )
-    assert heard == [borrow]
+    assert heard == [borrow] and borrow.figures["sla_p99_ms"] == 300  # the borrower's objective
     assert registry.capacity("finance") == 12 and registry.capacity("batch") == 8
     chosen = [registry.choose("finance", "tiny-moe") for _ in range(3)]
     assert "b-1" in {e.beat.executor for e in chosen if e is not None}  # the least loaded: the lent one

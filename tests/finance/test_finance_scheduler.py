@@ -18,11 +18,12 @@ from agents.services import register_agent
 from finance import scheduler
 from scheduling.models import SchedulerEvent
 from scheduling.services import EventInput, record_scheduler_events
-from tests.factories import TenantFactory
+from tests.billing.usage import ingest, routed_record
+from tests.factories import ContractFactory, TenantFactory, signing_agent
 from tests.finance.support import csv_rows, owner_client, parquet_table, shown_as_csv, staff_client
 from treemeter_records import new_record_id, private_key_from_seed, public_key_to_b64
 
-pytestmark = pytest.mark.django_db
+pytestmark = [pytest.mark.django_db, pytest.mark.usefixtures("clickhouse")]
 START = datetime(2026, 11, 3, 8, tzinfo=UTC)
 URL = "/finance/scheduler/"
 
@@ -270,3 +271,39 @@ def test_the_downloads_are_the_rows_of_the_table(events: list[EventInput]) -> No
         ("borrow", "finance", "b-1,b-2", "batch", "l1-router")
     ]
     assert rows[0]["at"] == "2026-11-03T08:10:30+00:00"
+
+
+def test_each_subtrees_service_over_time_comes_from_its_records_and_its_objective_from_the_events(
+    events: list[EventInput],
+) -> None:
+    """Per bucket (a day shown: 120 s), the records decided for a subtree: their P99 from arrival to
+    answer, the requests in flight on average (summed latency ÷ the bucket) and the wait in line; the P99
+    objective is the one the router sent with its events."""
+    contract = ContractFactory.create()
+    router = signing_agent(contract, agent_id="l1-signing", kind="router")
+    executor = signing_agent(contract, agent_id="exec-signing")
+    at = START + timedelta(minutes=5, seconds=10)  # the bucket of 08:04
+    ingest(
+        executor,
+        [
+            routed_record(executor, router, contract, "finance", at, queued_us=q)
+            for q in (10_000, 20_000, 30_000)
+        ]
+        + [routed_record(executor, router, contract, "batch", at + timedelta(minutes=3))],
+    )
+    objective = scaling(START + timedelta(hours=2), "finance", 5, 4)
+    record_scheduler_events(
+        router=_router("l1-third"),
+        events=[EventInput(**{**objective.__dict__, "figures": {**objective.figures, "sla_p99_ms": 300.0}})],
+    )
+    html = staff_client().get(URL, {"from": "2026-11-03", "to": "2026-11-03"}).content.decode()
+    chart = _json_script(html, "scheduler-chart-data")
+    by_subtree = {series["subtree"]: series for series in chart["subtrees"]}
+    bucket_ms = int((START + timedelta(minutes=4)).timestamp() * 1000)
+    assert chart["bucket_s"] == 120
+    # 3 answers of 150 ms (the records' end − start) in 120 s: 0.45 s ÷ 120 s in flight; waits 10, 20, 30 ms
+    assert by_subtree["finance"]["service"] == [[bucket_ms, 150.0, 0.004, 20.0, 3]]
+    assert by_subtree["finance"]["sla_p99_ms"] == 300.0
+    assert by_subtree["batch"]["service"] == [[bucket_ms + 240_000, 150.0, 0.001, 0.0, 1]]  # 08:08
+    assert by_subtree["batch"]["sla_p99_ms"] is None
+    assert html.count('data-testid="finance-scheduler-service-chart"') == len(chart["subtrees"])

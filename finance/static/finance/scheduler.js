@@ -1,6 +1,8 @@
 /* The scheduler page (finance): one chart per subtree, drawn from the page's own JSON (json_script
  * "scheduler-chart-data", built by finance.scheduler.chart): the desired replicas of each scaling step as
- * a step line, each borrow and return as a marker at the executors it moved. Times are Unix ms (UTC).
+ * a step line, each borrow and return as a marker at the executors it moved; below it, per bucket of the
+ * subtree's records, the P99 latency against the objective its router sent, the requests in flight and
+ * the wait in line. Times are Unix ms (UTC).
  * Each container ends with data-state="ready" (browser tests). */
 (function () {
   "use strict";
@@ -51,5 +53,36 @@
     });
     window.addEventListener("resize", function () { chart.resize(); });
     el.dataset.state = "ready";
+    service(subtree, document.getElementById("scheduler-service-" + index));
   });
+
+  function service(subtree, el) {
+    if (!el) return;
+    var chart = echarts.init(el);
+    function column(i) { return subtree.service.map(function (p) { return [p[0], p[i]]; }); }
+    var p99 = { name: text.p99, type: "line", yAxisIndex: 0, showSymbol: false, data: column(1) };
+    if (subtree.sla_p99_ms !== null) {
+      p99.markLine = { symbol: "none", lineStyle: { color: "#c0392b", type: "dashed" },
+        label: { formatter: encode(text.sla) + " " + subtree.sla_p99_ms + " ms" },
+        data: [{ yAxis: subtree.sla_p99_ms }] };
+    }
+    chart.setOption({
+      animation: false,
+      tooltip: { trigger: "axis" },
+      legend: { top: 0 },
+      grid: { left: 60, right: 60, top: 40, bottom: 40 },
+      xAxis: { type: "time" },
+      yAxis: [
+        { type: "value", name: "ms" },
+        { type: "value", name: text.in_flight, position: "right", splitLine: { show: false } }
+      ],
+      series: [
+        p99,
+        { name: text.queue, type: "line", yAxisIndex: 0, showSymbol: false, data: column(3) },
+        { name: text.in_flight, type: "bar", yAxisIndex: 1, data: column(2), itemStyle: { opacity: 0.4 } }
+      ]
+    });
+    window.addEventListener("resize", function () { chart.resize(); });
+    el.dataset.state = "ready";
+  }
 })();
