@@ -112,10 +112,10 @@ def test_run_demos_burst_borrows_scales_up_and_gives_back_with_records_billed_to
     events = list(SchedulerEvent.objects.order_by("at_ns"))
     kinds = [e.kind for e in events]
     assert {"borrow", "scale_up", "return", "scale_down"} <= set(kinds), text
-    [borrow] = [e for e in events if e.kind == "borrow"]
+    borrow = next(e for e in events if e.kind == "borrow")  # a slow machine may see another after it
     assert (borrow.subtree, borrow.lender) == ("batch", "default") and borrow.figures["periods"] >= 3
     assert borrow.executor in ("demo-exec-a", "demo-exec-b")
-    [returned] = [e for e in events if e.kind == "return"]
+    returned = next(e for e in events if e.kind == "return" and e.at_ns > borrow.at_ns)
     assert returned.executor == borrow.executor and returned.at_ns - borrow.at_ns >= 10 * 10**9
     up = next(e for e in events if e.kind == "scale_up")
     assert up.subtree == "batch" and (up.figures["replicas"], up.figures["desired"]) == (1, 2)
