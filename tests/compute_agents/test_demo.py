@@ -21,17 +21,20 @@ from sla.models import SlaReport
 pytestmark = [pytest.mark.usefixtures("clickhouse"), pytest.mark.django_db(transaction=True)]
 
 
-def test_run_demo_invoices_what_the_agent_served() -> None:
+def test_run_demo_invoices_what_the_tree_served_and_its_burst_borrows_and_scales() -> None:
+    """Eight requests through the tree, then the burst of batch requests: subtree batch borrows an
+    executor of default and its autoscaler starts the replica slot; once quiet, the loan goes back and
+    the replica stops. Every event reaches the platform; the requests a lent executor served are batch's,
+    billed to the batch contract; every record is invoiced."""
     out = StringIO()
     call_command(
-        "run_demo",
-        *("--no-serve", "--port", "0", "--requests", "8", "--history-days", "0", "--burst", "0"),
-        stdout=out,
+        "run_demo", *("--no-serve", "--port", "0", "--requests", "8", "--history-days", "0"), stdout=out
     )
     text = out.getvalue()
     assert "8 × HTTP 200, 1 × HTTP 400, 1 × HTTP 401" in text
     rows = query.select(
-        f"SELECT contract, count(), countIf(status = 'ok') FROM {query.RECORDS} GROUP BY contract"
+        f"SELECT contract, count(), countIf(status = 'ok') FROM {query.RECORDS} "
+        "WHERE NOT startsWith(client_request_id, 'burst-') GROUP BY contract"
     )
     stored = {contract: (records, served) for contract, records, served in rows}
     # Keys cycle over acme (gold, standard), st-mary (gold), nova (batch); the malformed request is acme's.
@@ -41,14 +44,34 @@ def test_run_demo_invoices_what_the_agent_served() -> None:
         "nova-batch-2026": (2, 2),
     }
     invoices = {i.contract.code: i.record_count for i in Invoice.objects.select_related("contract")}
-    assert invoices == {code: records for code, (records, _) in stored.items()}
+    everything = dict(query.select(f"SELECT contract, count() FROM {query.RECORDS} GROUP BY contract"))
+    assert invoices == everything and everything["nova-batch-2026"] > 2  # the burst's records too
     assert "records all invoiced" in text
     # Through the tree: every served request is a v2 record of an executor, with the router's decision.
     [(routed, executors)] = query.select(
-        f"SELECT countIf(v = 2), groupUniqArray(agent_id) FROM {query.RECORDS} WHERE status = 'ok'"
+        f"SELECT countIf(v = 2), groupUniqArray(agent_id) FROM {query.RECORDS} "
+        "WHERE status = 'ok' AND NOT startsWith(client_request_id, 'burst-')"
     )
     assert routed == 8 and set(executors) <= {"demo-exec-a", "demo-exec-b", "demo-exec-c"}
     assert "Serving tree:" in text and "per domain (classifier):" in text and "hop latency per layer" in text
+    events = list(SchedulerEvent.objects.order_by("at_ns"))
+    kinds = [e.kind for e in events]
+    assert {"borrow", "scale_up", "return", "scale_down"} <= set(kinds), text
+    borrow = next(e for e in events if e.kind == "borrow")  # a slow machine may see another after it
+    assert (borrow.subtree, borrow.lender) == ("batch", "default") and borrow.figures["periods"] >= 3
+    assert borrow.executor in ("demo-exec-a", "demo-exec-b")
+    returned = next(e for e in events if e.kind == "return" and e.at_ns > borrow.at_ns)
+    assert returned.executor == borrow.executor and returned.at_ns - borrow.at_ns >= 10 * 10**9
+    up = next(e for e in events if e.kind == "scale_up")
+    assert up.subtree == "batch" and (up.figures["replicas"], up.figures["desired"]) == (1, 2)
+    assert up.figures["p99_ms"] > 200
+    assert "the replica demo-exec-d joined subtree batch" in text and "records all invoiced" in text
+    lent = query.select(
+        f"SELECT contract, JSONExtractString(decision, 'claims', 'subtree') FROM {query.RECORDS} "
+        "WHERE agent_id = {agent:String} AND startsWith(client_request_id, 'burst-')",
+        {"agent": borrow.executor},
+    )
+    assert lent and set(lent) == {("nova-batch-2026", "batch")}
 
 
 def stored_contracts() -> set[str]:
@@ -98,32 +121,3 @@ def test_run_demo_sends_its_history_once_with_terms_for_every_page() -> None:
         f"SELECT count() FROM {query.RECORDS} WHERE agent_id = {{agent:String}}", {"agent": HISTORY_AGENT_ID}
     )
     assert after == history
-
-
-def test_run_demos_burst_borrows_scales_up_and_gives_back_with_records_billed_to_the_borrower() -> None:
-    """The burst of batch requests: subtree batch borrows an executor of default and its autoscaler
-    starts the replica slot; once quiet, the loan goes back and the replica stops. Every event reaches the
-    platform. The requests a lent executor served are batch's, billed to the batch contract."""
-    out = StringIO()
-    call_command(
-        "run_demo", *("--no-serve", "--port", "0", "--requests", "3", "--history-days", "0"), stdout=out
-    )
-    text = out.getvalue()
-    events = list(SchedulerEvent.objects.order_by("at_ns"))
-    kinds = [e.kind for e in events]
-    assert {"borrow", "scale_up", "return", "scale_down"} <= set(kinds), text
-    borrow = next(e for e in events if e.kind == "borrow")  # a slow machine may see another after it
-    assert (borrow.subtree, borrow.lender) == ("batch", "default") and borrow.figures["periods"] >= 3
-    assert borrow.executor in ("demo-exec-a", "demo-exec-b")
-    returned = next(e for e in events if e.kind == "return" and e.at_ns > borrow.at_ns)
-    assert returned.executor == borrow.executor and returned.at_ns - borrow.at_ns >= 10 * 10**9
-    up = next(e for e in events if e.kind == "scale_up")
-    assert up.subtree == "batch" and (up.figures["replicas"], up.figures["desired"]) == (1, 2)
-    assert up.figures["p99_ms"] > 200
-    assert "the replica demo-exec-d joined subtree batch" in text and "records all invoiced" in text
-    lent = query.select(
-        f"SELECT contract, JSONExtractString(decision, 'claims', 'subtree') FROM {query.RECORDS} "
-        "WHERE agent_id = {agent:String} AND startsWith(client_request_id, 'burst-')",
-        {"agent": borrow.executor},
-    )
-    assert lent and set(lent) == {("nova-batch-2026", "batch")}
