@@ -8,7 +8,6 @@ flight and the wait in line of the records decided for the subtree
 
 from __future__ import annotations
 
-import math
 import re
 from dataclasses import dataclass
 from datetime import UTC, date, datetime, time, timedelta
@@ -21,8 +20,9 @@ from django.utils import timezone
 from django.utils.translation import pgettext, pgettext_lazy
 
 from clickhouse_store.queries.scheduling import subtree_timeline
+from clickhouse_store.queries.usage import UsageScope
 from scheduling.models import SchedulerEvent
-from scheduling.selectors import EventFilter, chart_events, scheduler_events
+from scheduling.selectors import EventFilter, chart_events, scheduler_events, timeline_bucket_s
 
 from . import filters
 from .tables import Column, Table
@@ -30,11 +30,9 @@ from .tables import Column, Table
 PAGE_SIZE = 50
 CHART_MAX = 2000  # the newest events a chart draws; older ones are left out, and the page says so
 ECHARTS = "vendor/echarts/echarts.min.js"  # as the portal's usage page: installed by npm at build time
-SCALING = (SchedulerEvent.Kind.SCALE_UP, SchedulerEvent.Kind.SCALE_DOWN)
 FILTERS = ("subtree", "kind", "from", "to", "page")
 DAY = re.compile(r"^\d{4}-\d{2}-\d{2}\Z", re.ASCII)
 TIMELINE_DEFAULT = timedelta(hours=24)  # without from/to: the last day
-TIMELINE_BUCKETS = 720  # at most, per subtree; a bucket is a minute or longer
 
 KIND_LABELS = {
     SchedulerEvent.Kind.BORROW.value: pgettext_lazy("finance", "Borrow"),
@@ -149,15 +147,11 @@ def events_table(query: QueryDict, selected: EventFilter) -> tuple[Table, Pager]
     return Table("finance-scheduler", COLUMNS, [_row(event) for event in page.object_list]), pager
 
 
-def _number(value: Any) -> bool:
-    return isinstance(value, int | float) and not isinstance(value, bool)
-
-
 def timeline_window(selected: EventFilter, now: datetime) -> tuple[datetime, datetime, int]:
     """The records' window (the page's days, or the last day) and its bucket in seconds."""
     end = selected.end or now
     start = selected.start or end - TIMELINE_DEFAULT
-    return start, end, max(60, math.ceil((end - start).total_seconds() / TIMELINE_BUCKETS))
+    return start, end, timeline_bucket_s(start, end)
 
 
 def chart(selected: EventFilter, now: datetime) -> dict[str, Any]:
@@ -174,20 +168,16 @@ def chart(selected: EventFilter, now: datetime) -> dict[str, Any]:
 
     for event in events:
         found = series(event.subtree)
-        if _number(event.figures.get("sla_p99_ms")):
-            found["sla_p99_ms"] = event.figures["sla_p99_ms"]
+        if event.sla_p99_ms is not None:
+            found["sla_p99_ms"] = event.sla_p99_ms
         at_ms = event.at_ns // 1_000_000
-        if event.kind in SCALING:
-            desired = event.figures.get("desired")
-            if _number(desired):
-                found["desired"].append([at_ms, desired, event.kind])
+        if event.kind in SchedulerEvent.SCALING:
+            if event.desired_replicas is not None:
+                found["desired"].append([at_ms, event.desired_replicas, event.kind])
             continue
-        moved = event.figures.get("executors")
-        if not _number(moved):
-            moved = len([name for name in event.executor.split(",") if name])
-        found[event.kind].append([at_ms, moved, event.lender, event.executor])
+        found[event.kind].append([at_ms, event.executors_moved, event.lender, event.executor])
     start, end, bucket_s = timeline_window(selected, now)
-    for row in subtree_timeline(start, end, bucket_s):
+    for row in subtree_timeline(UsageScope(tenant=None, start=start, end=end), bucket_s):
         if selected.subtree and row.subtree != selected.subtree:
             continue
         at_ms = int(row.start.timestamp() * 1000)

@@ -99,6 +99,7 @@ FILLERS: dict[str, Fill] = {
     "usage-routing": Fill(),
     "usage-latency": Fill(),
     "usage-breakdown": Fill(),
+    "usage-subtrees": Fill(),
     # webhooks
     "webhook-endpoint-list": Fill(),
     "webhook-endpoint-detail": Fill(lambda d: {"pk": d.webhook.pk}),

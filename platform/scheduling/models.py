@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 from django.db import models
 
 from agents.models import Agent
@@ -22,6 +24,8 @@ class SchedulerEvent(models.Model):
         RETURN = "return", "Return"
         SCALE_UP = "scale_up", "Scale up"
         SCALE_DOWN = "scale_down", "Scale down"
+
+    SCALING = (Kind.SCALE_UP, Kind.SCALE_DOWN)
 
     router = models.ForeignKey(Agent, on_delete=models.PROTECT, related_name="scheduler_events")
     event_id = models.UUIDField()
@@ -49,3 +53,28 @@ class SchedulerEvent(models.Model):
 
     def __str__(self) -> str:
         return f"{self.kind} {self.subtree} at {self.at:%Y-%m-%d %H:%M:%S}"
+
+    @property
+    def desired_replicas(self) -> float | None:
+        """A scaling step's desired replicas (``figures["desired"]``); None: not a step, or not sent."""
+        desired = self.figures.get("desired")
+        return desired if self.kind in self.SCALING and _number(desired) else None
+
+    @property
+    def executors_moved(self) -> float | None:
+        """A borrow's or return's executors: ``figures["executors"]``, else the executor ids it names;
+        None for a scaling step."""
+        if self.kind in self.SCALING:
+            return None
+        moved = self.figures.get("executors")
+        return moved if _number(moved) else len([name for name in self.executor.split(",") if name])
+
+    @property
+    def sla_p99_ms(self) -> float | None:
+        """The P99 objective of the subtree its router sent with it (``figures["sla_p99_ms"]``)."""
+        objective = self.figures.get("sla_p99_ms")
+        return objective if _number(objective) else None
+
+
+def _number(value: Any) -> bool:
+    return isinstance(value, int | float) and not isinstance(value, bool)

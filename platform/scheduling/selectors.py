@@ -1,12 +1,15 @@
-"""Reads of the stored scheduler events: the staff page's list and chart (finance), and the loans the
-borrows and returns make (billing's cost attribution)."""
+"""Reads of the stored scheduler events: the staff page's list and chart (finance), the events of the
+subtrees that served a tenant (the portal's usage page), and the loans the borrows and returns make
+(billing's cost attribution)."""
 
 from __future__ import annotations
 
+import math
+from collections.abc import Iterable
 from dataclasses import dataclass
 from datetime import datetime
 
-from django.db.models import QuerySet
+from django.db.models import Q, QuerySet
 
 from .models import SchedulerEvent
 
@@ -74,3 +77,26 @@ def loans(start: datetime, end: datetime) -> list[Loan]:
     return sorted(
         (loan for loan in found if loan.end is None or loan.end > start), key=lambda loan: loan.start
     )
+
+
+TIMELINE_BUCKETS = 720  # at most, per subtree, in a chart over time; a bucket is a minute or longer
+
+
+def timeline_bucket_s(start: datetime, end: datetime) -> int:
+    """The bucket, in seconds, of a subtree's service over [start, end): the charts' one rule."""
+    return max(60, math.ceil((end - start).total_seconds() / TIMELINE_BUCKETS))
+
+
+def route_events(
+    routes: Iterable[tuple[str, str]], start: datetime, end: datetime, limit: int
+) -> tuple[list[SchedulerEvent], bool]:
+    """The newest ``limit`` events in [start, end) of these (router agent id, subtree) pairs, in time
+    order, and whether older ones were left out. No pairs: no events."""
+    matching = Q()
+    for router, subtree in sorted(set(routes)):
+        matching |= Q(router__agent_id=router, subtree=subtree)
+    if not matching:
+        return [], False
+    rows = SchedulerEvent.objects.filter(matching, at__gte=start, at__lt=end).order_by("-at", "-id")
+    newest = list(rows[: limit + 1])
+    return newest[:limit][::-1], len(newest) > limit

@@ -100,12 +100,14 @@ def _answer(
     *,
     options: tuple[str, ...] = (),
     add: Callable[[QuerySet[Contract]], dict[str, Any]] | None = None,
+    cached: bool = True,
 ) -> HttpResponse:
     """Validate the query, scope it to the caller, and answer from the cache or from ClickHouse.
 
     `options` name the query parameters besides the filter that change the answer (part of the cache
     key); `add` contributes PostgreSQL-side parts of the answer (contract terms), kept with it until
-    the terms change (usage.cache).
+    the terms change (usage.cache); `cached=False` answers afresh every time, for an answer that also
+    states what the data version does not follow (the scheduler's events).
     """
     params = query_class(data=request.query_params.dict())
     params.is_valid(raise_exception=True)
@@ -125,7 +127,10 @@ def _answer(
         body = {**answer.body, **add(contracts)} if add is not None else answer.body
         return RenderedAnswer(JSONRenderer().render(body), answer.from_rollup)
 
-    answer, hit = cached_answer(question, usage, chosen, compute, states_terms=add is not None)
+    if cached:
+        answer, hit = cached_answer(question, usage, chosen, compute, states_terms=add is not None)
+    else:
+        answer, hit = compute(), False
     headers = {
         "X-Usage-Source": "rollup" if answer.from_rollup else "raw",
         "X-Usage-Cache": "hit" if hit else "miss",
@@ -230,6 +235,36 @@ BreakdownAnswer = inline_serializer(
     },
 )
 
+_SERVICE_POINT = "[ISO time, P99 ms, requests in flight, mean wait in line ms, answers]"
+SubtreesAnswer = inline_serializer(
+    "UsageSubtrees",
+    {
+        "bucket_s": serializers.IntegerField(help_text="The length of a service point's bucket."),
+        "subtrees": inline_serializer(
+            "UsageSubtree",
+            {
+                "subtree": serializers.CharField(),
+                "sla_p99_ms": _ms(),
+                "service": serializers.ListField(
+                    child=serializers.ListField(child=serializers.CharField()), help_text=_SERVICE_POINT
+                ),
+                "replicas": serializers.ListField(
+                    child=serializers.ListField(child=serializers.CharField()),
+                    help_text="Scaling steps: [ISO time, desired replicas, scale_up or scale_down]",
+                ),
+                "moves": serializers.ListField(
+                    child=serializers.ListField(child=serializers.CharField()),
+                    help_text="Capacity lent to it: [ISO time, borrow or return, executors]",
+                ),
+            },
+            many=True,
+        ),
+        "events_truncated": serializers.BooleanField(
+            help_text=f"Only the newest {selectors.SUBTREE_EVENTS_MAX} scheduler events are included."
+        ),
+    },
+)
+
 
 class TimeseriesView(UsageView):
     @extend_schema(parameters=[TimeseriesQuery], responses={200: TimeseriesAnswer})
@@ -282,4 +317,20 @@ class BreakdownView(UsageView):
             "breakdown",
             lambda usage, o: selectors.breakdown(usage, o["by"]),
             options=("by",),
+        )
+
+
+class SubtreesView(UsageView):
+    """The subtrees that served the caller's requests: their service over time from the caller's own
+    records, and the scaling steps, borrows and returns their routers reported (docs/scheduler.md).
+    Never kept: the scheduler's events change without a new data version."""
+
+    @extend_schema(parameters=[UsageQuerySerializer], responses={200: SubtreesAnswer})
+    def get(self, request: Request) -> HttpResponse:
+        return _answer(
+            request,
+            UsageQuerySerializer,
+            "subtrees",
+            lambda usage, _: selectors.subtrees(usage),
+            cached=False,
         )

@@ -1,4 +1,5 @@
-"""Reads for the usage dashboard: time series, expert heatmap, routing, latency and breakdowns.
+"""Reads for the usage dashboard: time series, expert heatmap, routing, latency, breakdowns, and the
+serving tree's subtrees that served the caller.
 
 Every query reads an hourly rollup (`usage_hourly`, `usage_experts_daily`; clickhouse_store.schema)
 when the period's bounds fall on its grain, and otherwise computes the same rollup on the fly from the
@@ -30,8 +31,10 @@ from django.db.models import QuerySet
 
 from accounts.access import Principal
 from clickhouse_store.queries import usage as usage_sql
+from clickhouse_store.queries.scheduling import subtree_timeline
 from clickhouse_store.queries.usage import UsageScope
 from contracts.models import Contract
+from scheduling.selectors import route_events, timeline_bucket_s
 from sla.models import Objective
 from sla.terms import policies_for
 from treemeter_records.timeutil import assume_utc
@@ -61,6 +64,7 @@ PERCENTILES = ("p50_ms", "p95_ms", "p99_ms")  # the order of schema.LATENCY_QUAN
 AVG_HOPS_PLACES = Decimal("0.001")
 RATE_PLACES = Decimal("0.0001")
 MS_PLACES = Decimal("0.001")
+SUBTREE_EVENTS_MAX = 2000  # the newest scheduler events a subtree answer carries; the answer says so
 
 
 @dataclass(frozen=True)
@@ -214,6 +218,42 @@ def latency_objectives(contracts: Iterable[Contract]) -> list[dict[str, Any]]:
         }
         for objective in objectives.order_by("policy__name", "id")
     ]
+
+
+def _places(value: float) -> str:
+    return f"{Decimal(repr(float(value))).quantize(MS_PLACES, ROUND_HALF_UP):f}"
+
+
+def subtrees(usage: UsageFilter) -> Answer:
+    """The serving tree's subtrees that served the filter's records, each over time: per bucket
+    (``timeline_bucket_s``) of its served requests, [time, P99 ms from arrival to answer, requests in
+    flight, mean wait in line ms, answers]; and what the scheduler did to it, as its routers (those that
+    decided these records) reported in [start, end): the scaling steps [time, desired replicas, kind],
+    the borrows and returns [time, kind, executors], and the P99 objective last sent. Never another
+    subtree, nor any figure of another tenant's requests."""
+    bucket_s = timeline_bucket_s(usage.start, usage.end)
+    found: dict[str, dict[str, Any]] = {}
+    routes: set[tuple[str, str]] = set()
+    for row in subtree_timeline(usage, bucket_s):
+        series = found.setdefault(
+            row.subtree,
+            {"subtree": row.subtree, "sla_p99_ms": None, "service": [], "replicas": [], "moves": []},
+        )
+        values = [_places(row.p99_ms), _places(row.in_flight), _places(row.queue_ms), row.answers]
+        series["service"].append([row.start.isoformat(), *values])
+        routes.update((router, row.subtree) for router in row.routers)
+    events, truncated = route_events(routes, usage.start, usage.end, SUBTREE_EVENTS_MAX)
+    for event in events:
+        series = found[event.subtree]
+        if event.sla_p99_ms is not None:
+            series["sla_p99_ms"] = _places(event.sla_p99_ms)
+        at = event.at.isoformat()
+        if event.desired_replicas is not None:
+            series["replicas"].append([at, int(event.desired_replicas), event.kind])
+        elif event.executors_moved is not None:
+            series["moves"].append([at, event.kind, int(event.executors_moved)])
+    body = {"bucket_s": bucket_s, "subtrees": list(found.values()), "events_truncated": truncated}
+    return Answer(body, from_rollup=False)
 
 
 def breakdown(usage: UsageFilter, by: str) -> Answer:

@@ -8,4 +8,5 @@ urlpatterns = [
     path("routing", api.RoutingView.as_view(), name="usage-routing"),
     path("latency", api.LatencyView.as_view(), name="usage-latency"),
     path("breakdown", api.BreakdownView.as_view(), name="usage-breakdown"),
+    path("subtrees", api.SubtreesView.as_view(), name="usage-subtrees"),
 ]

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import re
 import time
+from datetime import UTC, datetime, timedelta
 from decimal import Decimal
 from typing import Any
 
@@ -13,11 +14,14 @@ import pytest
 from playwright.sync_api import Page, expect
 
 from accounts.models import Role, Tenant
+from agents.models import Agent
 from billing.models import Dispute
 from catalog.models import ComputePackage, PackagePlan, PlanPrice
 from common.cjk_font import CJK_FONT_FAMILY
 from contracts.models import Contract
 from frontend.views.usage import charts_available
+from scheduling.services import EventInput, record_scheduler_events
+from tests.billing.usage import routed_record
 from tests.browser.conftest import Shots, sign_in
 from tests.factories import (
     ContractFactory,
@@ -28,11 +32,12 @@ from tests.factories import (
     signing_agent,
 )
 from tests.schemathesis.tenant_data import PASSWORD, build_tenant
+from treemeter_records import new_record_id
 
 pytestmark = [pytest.mark.usefixtures("clickhouse")]
 
 FACTORY_PASSWORD = "pw-12345"  # tests.factories.UserFactory
-CHARTS = ("chart-timeseries", "chart-experts", "chart-routing", "chart-latency")
+CHARTS = ("chart-timeseries", "chart-experts", "chart-routing", "chart-latency", "chart-subtrees")
 
 
 def member(tenant: Tenant, username: str, role: str = Role.OWNER) -> str:
@@ -82,16 +87,30 @@ def test_usage_appears_after_the_agent_serves_requests(page: Page, shots: Shots,
     contract = ContractFactory.create(tenant=TenantFactory.create(code="delta-co", name="Delta Co"))
     ContractPriceFactory.create(contract=contract, dimension="requests", unit_price=Decimal("0.05"))
     agent = signing_agent(contract, agent_id="agent-delta")
+    router = signing_agent(contract, agent_id="l1-delta", kind="router")
     sign_in(page, member(contract.tenant, "delta-owner"), FACTORY_PASSWORD)
 
     page.get_by_test_id("nav-usage").click()
     wait_for_charts(page)
     assert chart_states(page)["chart-timeseries"] == "empty"
+    assert chart_states(page)["chart-subtrees"] == "empty"
     shots("dashboard before any request")
 
-    # The agent ships what it served: signed batches over HTTP to the live server's ingest endpoint.
-    now_ns = time.time_ns()
-    served = [agent.record(contract, start_ns=now_ns - (40 - i) * 60 * 10**9) for i in range(40)]
+    # The executor ships what it served, decided by the router for subtree `finance`: signed batches over
+    # HTTP to the live server's ingest endpoint. The router reports a scaling step of that subtree.
+    now = datetime.now(UTC)
+    served = [
+        routed_record(agent, router, contract, "finance", now - timedelta(minutes=40 - i)) for i in range(40)
+    ]
+    step = EventInput(
+        id=new_record_id(),
+        kind="scale_up",
+        at_ns=time.time_ns() - 30 * 60 * 10**9,
+        subtree="finance",
+        reason="p99 above 200 ms for 3 periods",
+        figures={"desired": 2, "replicas": 1, "sla_p99_ms": 300.0},
+    )
+    record_scheduler_events(router=Agent.objects.get(agent_id=router.agent_id), events=[step])
     for batch in (served[:25], served[25:]):
         answer = httpx.post(
             f"{live_server.url}/v1/ingest/batches",
@@ -104,6 +123,7 @@ def test_usage_appears_after_the_agent_serves_requests(page: Page, shots: Shots,
     page.reload()
     wait_for_charts(page)
     assert chart_states(page) == dict.fromkeys(CHARTS, "ready")
+    expect(page.get_by_test_id("chart-subtree")).to_have_attribute("data-subtree", "finance")
     shots("dashboard with the served requests")
     series = page.request.get("/v1/usage/timeseries?dimension=requests").json()["series"]
     assert sum(Decimal(value) for s in series for _, value in s["points"]) == 40

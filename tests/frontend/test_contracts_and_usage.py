@@ -20,7 +20,7 @@ from tests.frontend.support import ingest, member, priced_contract
 
 pytestmark = [pytest.mark.django_db, pytest.mark.usefixtures("clickhouse")]
 
-CHARTS = ("chart-timeseries", "chart-experts", "chart-routing", "chart-latency")
+CHARTS = ("chart-timeseries", "chart-experts", "chart-routing", "chart-latency", "chart-subtrees")
 
 
 def test_a_contract_shows_each_quota_used_and_left_this_month() -> None:
@@ -52,7 +52,7 @@ def test_an_exhausted_quota_leaves_zero() -> None:
     assert (quota.used, quota.left, quota.used_percent) == (Decimal(12), Decimal(0), 100)
 
 
-def test_the_dashboard_has_the_four_chart_containers_and_loads_echarts_locally() -> None:
+def test_the_dashboard_has_the_five_chart_containers_and_loads_echarts_locally() -> None:
     contract = priced_contract()
     page = member(contract.tenant, language="zh-hans").get(reverse("portal-usage")).content.decode()
     for chart in CHARTS:
@@ -66,6 +66,7 @@ def test_the_dashboard_has_the_four_chart_containers_and_loads_echarts_locally()
     assert found is not None
     texts = json.loads(found[1])
     assert (texts["no_data"], texts["cache_hit_rate"]) == ("此时间范围内没有用量。", "缓存命中率")
+    assert (texts["objective"], texts["replicas"]) == ("该子树的 P99 目标", "期望副本数")
     assert "http://" not in page and "https://" not in page  # nothing from a CDN
     client = member(contract.tenant)
     for asset in ("vendor/echarts/echarts.min.js", "frontend/charts.js", "frontend/portal.css"):

@@ -39,6 +39,12 @@
     c.el.dataset.state = empty ? "empty" : "ready";
   }
 
+  function forget(id) {  // a container's chart, or the charts inside it (one per subtree)
+    Object.keys(charts).forEach(function (key) {
+      if (key === id || key.indexOf(id + ":") === 0) { charts[key].dispose(); delete charts[key]; }
+    });
+  }
+
   function load(id, path, params, render) {
     var el = document.getElementById(id);
     el.dataset.state = "loading";
@@ -46,7 +52,7 @@
       .then(function (r) { if (!r.ok) throw new Error(r.status); return r.json(); })
       .then(function (body) { render(id, body); })
       .catch(function () {
-        if (charts[id]) { charts[id].dispose(); delete charts[id]; }
+        forget(id);
         el.dataset.state = "error";
         el.textContent = text.failed;
       });
@@ -108,6 +114,72 @@
          layers.every(function (l) { return body.layers[l].p50_ms == null; }));
   }
 
+  function subtreeOption(tree) {
+    var service = tree.service || [];
+    var few = service.length <= FEW;
+    var line = function (name, axis, index) {
+      return { name: name, type: "line", yAxisIndex: axis, showSymbol: few,
+               data: service.map(function (p) { return [p[0], num(p[index])]; }) };
+    };
+    var p99 = line(text.p99, 0, 1);
+    var objective = tree.sla_p99_ms == null ? null : Number(tree.sla_p99_ms);
+    // A step holds until the next one: the last desired count is drawn on to the last point shown.
+    var steps = (tree.replicas || []).map(function (r) { return [r[0], Number(r[1])]; });
+    var times = service.map(function (p) { return p[0]; }).concat(steps.map(function (r) { return r[0]; }))
+      .concat((tree.moves || []).map(function (m) { return m[0]; })).sort();
+    if (steps.length && times.length && times[times.length - 1] > steps[steps.length - 1][0]) {
+      steps.push([times[times.length - 1], steps[steps.length - 1][1]]);
+    }
+    var ms = { type: "value", name: "ms" };
+    if (objective != null) {
+      // the objective stays in view even when every request was well under it
+      ms.max = function (v) { return Math.ceil(Math.max(v.max, objective) * 1.1); };
+      p99.markLine = { symbol: "none", lineStyle: { color: "#c0392b", type: "dashed" },
+                       label: { position: "insideEndTop", formatter: text.objective + " {c}" }, data: [{ yAxis: objective }] };
+    }
+    var moved = function (kind, name, color) {
+      return { name: name, type: "scatter", yAxisIndex: 1, symbolSize: 12, itemStyle: { color: color },
+               data: (tree.moves || []).filter(function (m) { return m[1] === kind; })
+                                       .map(function (m) { return [m[0], Number(m[2])]; }) };
+    };
+    return {
+      title: { text: tree.subtree, left: 0, top: 0, textStyle: { fontSize: 13 } },
+      tooltip: { trigger: "axis" }, legend: { top: 22 }, grid: { left: 60, right: 60, top: 70, bottom: 40 },
+      xAxis: { type: "time" },
+      yAxis: [ms, { type: "value", name: text.count, minInterval: 1 }],
+      series: [
+        p99, line(text.queue, 0, 3), line(text.in_flight, 1, 2),
+        { name: text.replicas, type: "line", step: "end", yAxisIndex: 1, data: steps },
+        moved("borrow", text.borrow, "#e67e22"), moved("return", text.return, "#16a085")
+      ]
+    };
+  }
+
+  function subtrees(id, body) {
+    var el = document.getElementById(id);
+    forget(id);
+    el.textContent = "";
+    var trees = body.subtrees || [];
+    if (trees.length === 0) {
+      el.textContent = text.no_data;
+      el.dataset.state = "empty";
+      return;
+    }
+    trees.forEach(function (tree) {
+      var box = document.createElement("div");
+      box.className = "chart";
+      box.dataset.testid = "chart-subtree";
+      box.dataset.subtree = tree.subtree;
+      el.appendChild(box);
+      var instance = echarts.init(box);
+      var option = subtreeOption(tree);
+      option.animation = false;
+      instance.setOption(option);
+      charts[id + ":" + tree.subtree] = instance;
+    });
+    el.dataset.state = "ready";
+  }
+
   function refresh(event) {
     if (event) event.preventDefault();
     var q = query();
@@ -120,6 +192,7 @@
     routed.set("interval", q.interval);
     load("chart-routing", "/v1/usage/routing", routed, routing);
     load("chart-latency", "/v1/usage/latency", q.params, latency);
+    load("chart-subtrees", "/v1/usage/subtrees", q.params, subtrees);
   }
 
   form.addEventListener("submit", refresh);

@@ -69,7 +69,7 @@ class RollupDifference:
     raw: dict[str, int]
 
 
-def _conditions(scope: UsageScope, time_column: str, time_type: str) -> tuple[str, dict[str, Any]]:
+def scope_conditions(scope: UsageScope, time_column: str, time_type: str) -> tuple[str, dict[str, Any]]:
     """A WHERE condition and its bound parameters (the SQL text holds our own constants only)."""
     parts = [f"{time_column} >= {{start:{time_type}}}", f"{time_column} < {{end:{time_type}}}"]
     if scope.matches_nothing:
@@ -93,18 +93,18 @@ def _hourly_source(
     `served_only`: the rows of served (`ok`) requests only."""
     served = " AND status = 'ok'" if served_only else ""
     if stored:
-        where, params = _conditions(scope, "hour", "DateTime('UTC')")
+        where, params = scope_conditions(scope, "hour", "DateTime('UTC')")
         return f"{USAGE_HOURLY} WHERE {where}{served}", params
-    where, params = _conditions(scope, "start_time", "DateTime64(9, 'UTC')")
+    where, params = scope_conditions(scope, "start_time", "DateTime64(9, 'UTC')")
     return f"({usage_hourly_select(query.RECORDS, where + served)})", params
 
 
 def _experts_source(scope: UsageScope, *, stored: bool) -> tuple[str, dict[str, Any]]:
     if stored:
-        where, params = _conditions(scope, "day", "Date")
+        where, params = scope_conditions(scope, "day", "Date")
         params.update(start=scope.start.date(), end=scope.end.date())
         return f"{USAGE_EXPERTS_DAILY} WHERE {where}", params
-    where, params = _conditions(scope, "start_time", "DateTime64(9, 'UTC')")
+    where, params = scope_conditions(scope, "start_time", "DateTime64(9, 'UTC')")
     return f"({usage_experts_daily_select(query.RECORDS, where)})", params
 
 
