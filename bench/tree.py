@@ -71,7 +71,7 @@ def main() -> None:
 def run(data_dir: Path, requests: int, lengths: list[int], overhead_requests: int) -> None:
     from agents.services import register_agent
     from clickhouse_store.migrator import apply_migrations
-    from clickhouse_store.queries.records import layer_latencies
+    from clickhouse_store.queries.records import layer_latencies, served_spans
     from compute_agents.checkpoint import TinySizes, create_tiny_model
     from compute_agents.runtime import pin_platform_key
     from demo.server import start_api_server
@@ -135,9 +135,11 @@ def run(data_dir: Path, requests: int, lengths: list[int], overhead_requests: in
         window_end = datetime.now(UTC)
         # The router's fixed cost per request: one output token each way, same prompts, interleaved.
         extra_ms = []
+        overhead_start = datetime.now(UTC)
         for number in range(overhead_requests):
             direct_s = ask(direct["direct"][0], number, 1)[2]
             extra_ms.append((ask(tree.url, number, 1)[2] - direct_s) * 1000)
+        overhead_end = datetime.now(UTC)
         stats = tree.get("/tree/stats")
         kill = kill_to_next_answer(tree, ask, EXECUTOR_IDS[0])
         for number in range(requests):  # the same requests through both capacities, then their RSS
@@ -153,6 +155,11 @@ def run(data_dir: Path, requests: int, lengths: list[int], overhead_requests: in
     # direct; a routed record's first L1 hop holds the router's decision and the way to the executor.
     layers = {
         side: layer_latencies(window, window_end, agents)
+        for side, agents in (("router", list(EXECUTOR_IDS)), ("direct", ["bench-direct"]))
+    }
+    # The one-token requests' records: arrival to answer, its L1 hops, and the router's part of them.
+    spans = {
+        side: served_spans(overhead_start, overhead_end, agents)
         for side, agents in (("router", list(EXECUTOR_IDS)), ("direct", ["bench-direct"]))
     }
     bundle = orjson.loads((data_dir / "router" / "bundle.json").read_bytes())
@@ -185,6 +192,21 @@ def run(data_dir: Path, requests: int, lengths: list[int], overhead_requests: in
         (
             "router's added time per request, max_tokens 1 (median)",
             f"{statistics.median(extra_ms):.1f} ms",
+            "",
+        ),
+        (
+            "  record's arrival to answer p50, routed / direct",
+            f"{spans['router'][0] / 1000:.2f} / {spans['direct'][0] / 1000:.2f} ms",
+            "",
+        ),
+        (
+            "  of which L1 p50, routed / direct",
+            f"{spans['router'][1] / 1000:.2f} / {spans['direct'][1] / 1000:.2f} ms",
+            "",
+        ),
+        (
+            "  of which the router, arrival to signed decision (p50)",
+            f"{spans['router'][2] / 1000:.2f} ms",
             "",
         ),
         *(

@@ -228,6 +228,9 @@ def test_a_job_survives_its_worker_and_its_router_and_is_billed_once(
         "a dispatch",
         tree.alive(),
     )
+    # Killed once the executor has the attempt (its heartbeat counts it): a router killed between
+    # writing the attempt down and sending it leaves no record to supersede.
+    wait_for(lambda: _executor_busy(tree), "the attempt at the executor", tree.alive())
     tree.kill("router-1")
     time.sleep(1.0)  # the executor answers an absent router
     tree.start_queued_router()
@@ -249,6 +252,11 @@ def test_a_job_survives_its_worker_and_its_router_and_is_billed_once(
     assert len(records) == 3 and len(superseded & set(records)) == 1, (records, superseded)
     [lost] = superseded & set(records)
     assert records[lost] in ("ok", "cancelled")
+
+
+def _executor_busy(tree: JobsTree) -> bool:
+    listed = httpx.get(tree.router_url + "/tree/executors", timeout=5).json()["executors"]
+    return any(executor["outstanding"] > 0 for executor in listed)
 
 
 def test_the_batch_api_through_the_openai_sdk(

@@ -71,6 +71,22 @@ def layer_latencies(start: datetime, end: datetime, agents: Sequence[str] = ()) 
     return {layer: (int(row[2 * i]), int(row[2 * i + 1])) for i, layer in enumerate(("L1", "L2", "L3"))}
 
 
+def served_spans(start: datetime, end: datetime, agents: Sequence[str]) -> tuple[int, int, int]:
+    """Of these agents' served records with start_time in [start, end), the p50 (µs) of: arrival to
+    answer (end − start), the L1 hops, and the router's own part of them (its decision's ``l1_in_us``:
+    arrival at the router to the signed decision; 0 on records no router decided)."""
+    [row] = query.select(
+        "SELECT toUInt64(quantileExact(0.5)(intDiv(end_ns - start_ns, 1000))), "  # noqa: S608
+        "toUInt64(quantileExact(0.5)(l1_latency_us)), "
+        "toUInt64(quantileExact(0.5)(JSONExtractUInt(decision, 'claims', 'l1_in_us'))) "
+        f"FROM {query.RECORDS} WHERE status = 'ok' "
+        "AND start_time >= {start:DateTime64(9, 'UTC')} AND start_time < {end:DateTime64(9, 'UTC')} "
+        "AND has({agents:Array(String)}, agent_id)",
+        {"start": start, "end": end, "agents": list(agents)},
+    )
+    return int(row[0]), int(row[1]), int(row[2])
+
+
 def count_records(contract: str, start: datetime, end: datetime) -> tuple[int, int]:
     """(records, served records) of a contract with start_time in [start, end)."""
     records, served = query.select(
