@@ -9,7 +9,9 @@ SHA-256(key name ‖ 0x0A ‖ 0x01 ‖ public key). A verifier key is written
 from __future__ import annotations
 
 import base64
+import binascii
 import hashlib
+import re
 from dataclasses import dataclass
 
 from cryptography.exceptions import InvalidSignature
@@ -18,6 +20,9 @@ from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey,
 
 ED25519 = b"\x01"
 DASH = "\u2014"
+# C2SP tlog-checkpoint: the tree size is an ASCII decimal without leading zeroes, at most 2^64 − 1.
+TREE_SIZE = re.compile(r"0|[1-9][0-9]{0,19}", re.ASCII)  # 20 digits at most: 2^64 has 20
+TREE_SIZE_MAX = 2**64 - 1
 
 
 class NoteError(ValueError):
@@ -69,7 +74,7 @@ def open_checkpoint(note: str, name: str, public_key: bytes) -> CheckpointBody:
             raise NoteError(f"malformed signature line {line!r}")
         try:
             blob = base64.b64decode(parts[2], validate=True)
-        except ValueError:
+        except (binascii.Error, ValueError):
             raise NoteError("signature is not base64") from None
         if parts[1] != name or blob[:4] != wanted or len(blob) != 68:
             continue
@@ -84,16 +89,21 @@ def open_checkpoint(note: str, name: str, public_key: bytes) -> CheckpointBody:
 
 
 def parse_body(text: str) -> CheckpointBody:
+    """A checkpoint body in exactly the C2SP grammar: a non-empty origin, the tree size (ASCII digits,
+    no leading zero, below 2^64), the root hash in canonical standard base64 (padding bits zero, so one
+    root has one text), then any extension lines."""
     lines = text.split("\n")
     if len(lines) < 4 or lines[-1] != "":
         raise NoteError("a checkpoint has an origin, a size and a root hash line")
     origin, size, root = lines[0], lines[1], lines[2]
-    if not size.isdigit() or (size != "0" and size.startswith("0")):
-        raise NoteError(f"tree size {size!r} is not a decimal number")
+    if TREE_SIZE.fullmatch(size) is None or int(size) > TREE_SIZE_MAX:
+        raise NoteError(f"tree size {size!r} is not an ASCII decimal below 2^64 without leading zeroes")
     try:
         root_hash = base64.b64decode(root, validate=True)
-    except ValueError:
+    except (binascii.Error, ValueError):
         raise NoteError("root hash is not base64") from None
+    if base64.b64encode(root_hash).decode() != root:
+        raise NoteError("root hash is not canonical base64 (its padding bits are not zero)")
     if len(root_hash) != 32 or not origin:
         raise NoteError("a checkpoint needs an origin and a 32-byte root hash")
     return CheckpointBody(origin=origin, size=int(size), root_hash=root_hash)

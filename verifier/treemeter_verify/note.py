@@ -5,12 +5,16 @@ from __future__ import annotations
 import base64
 import binascii
 import hashlib
+import re
 from dataclasses import dataclass
 
 from cryptography.exceptions import InvalidSignature
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PublicKey
 
 DASH = "\u2014"
+# C2SP tlog-checkpoint: the tree size is an ASCII decimal without leading zeroes, at most 2^64 − 1.
+TREE_SIZE = re.compile(r"0|[1-9][0-9]{0,19}", re.ASCII)  # 20 digits at most: 2^64 has 20
+TREE_SIZE_MAX = 2**64 - 1
 
 
 class NoteError(ValueError):
@@ -72,15 +76,27 @@ def open_checkpoint(note: str, key: NoteKey) -> Checkpoint:
         signed = True
     if not signed:
         raise NoteError(f"the checkpoint carries no signature of the pinned key {key.name}")
+    return _checkpoint(text, key.name)
+
+
+def _checkpoint(text: str, origin: str) -> Checkpoint:
+    """The body in exactly the C2SP grammar: the pinned origin, the tree size (ASCII digits, no leading
+    zero, below 2^64), the root hash in canonical standard base64 (padding bits zero), then any
+    extension lines."""
     lines = text.split("\n")
-    if len(lines) < 4 or not lines[1].isdigit() or (len(lines[1]) > 1 and lines[1][0] == "0"):
+    if len(lines) < 4:
         raise NoteError("a checkpoint is an origin, a tree size and a root hash line")
-    if lines[0] != key.name:
-        raise NoteError(f"checkpoint origin {lines[0]!r} is not the pinned log {key.name!r}")
+    if lines[0] != origin:
+        raise NoteError(f"checkpoint origin {lines[0]!r} is not the pinned log {origin!r}")
+    size = lines[1]
+    if TREE_SIZE.fullmatch(size) is None or int(size) > TREE_SIZE_MAX:
+        raise NoteError(f"tree size {size!r} is not an ASCII decimal below 2^64 without leading zeroes")
     try:
         root = base64.b64decode(lines[2], validate=True)
     except (binascii.Error, ValueError):
         raise NoteError("the root hash is not base64") from None
+    if base64.b64encode(root).decode() != lines[2]:
+        raise NoteError("the root hash is not canonical base64 (its padding bits are not zero)")
     if len(root) != 32:
         raise NoteError("the root hash is not 32 bytes")
-    return Checkpoint(origin=lines[0], size=int(lines[1]), root_hash=root)
+    return Checkpoint(origin=origin, size=int(size), root_hash=root)
