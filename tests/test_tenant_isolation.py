@@ -179,6 +179,7 @@ PUBLIC: dict[str, str] = {
     "entitlements-lease-settle": "agents authenticate by a signed request, the body's hash included",
     "agents-scheduler-events": "an L1 router authenticates by a signed request, the body's hash included",
     "stripe-webhook": "Stripe authenticates by the Stripe-Signature header",
+    "ledger-checkpoint-key": "the public key that signs the log's checkpoints, published on purpose",
     "schema": "the OpenAPI description of the API: no data",
     "docs": "the Swagger UI page: no data",
     "set_language": "Django's language switcher: sets a cookie, no data",

@@ -12,7 +12,7 @@ from django.utils.translation import gettext as _
 
 from accounts.access import Principal
 from billing.drilldown import line_records, record_view
-from ledger.selectors import checkpoint_public_key
+from ledger.selectors import checkpoint_keys, checkpoint_public_key
 
 from .. import selectors
 from ..access import portal_view
@@ -44,6 +44,7 @@ def record_detail(request: HttpRequest, principal: Principal, record_id: str) ->
         principal,
         "invoices",
         view=view,
+        checkpoint_keys=checkpoint_keys(),
         verify={
             "inclusion_url": f"/v1/ledger/records/{record_id}/inclusion",
             "origin": settings.LEDGER_ORIGIN,

@@ -81,6 +81,20 @@ class CheckpointSerializer(serializers.Serializer):
     created_at = serializers.DateTimeField()
 
 
+class CheckpointKeysSerializer(serializers.Serializer):
+    origin = serializers.CharField(help_text="The log's origin line, also the note key's name.")
+    note_verifier_key = serializers.CharField(
+        help_text="The C2SP signed-note verifier key to pin: name+key hash+base64(0x01 ‖ public key)."
+    )
+    note_key_hash = serializers.CharField(
+        help_text="C2SP key hash (8 hex): the first 4 bytes of each checkpoint signature line's blob."
+    )
+    key_id = serializers.CharField(
+        help_text="The record format's id of the same key, ed25519:<16 hex>: not a note key hash."
+    )
+    public_key = serializers.CharField(help_text="Base64 of the raw 32-byte Ed25519 public key.")
+
+
 class InclusionProofSerializer(serializers.Serializer):
     record_id = serializers.UUIDField()
     leaf_index = serializers.IntegerField()
@@ -156,6 +170,18 @@ class CheckpointListView(generics.ListAPIView):
             return error_response(403, "permission_denied", "Only platform staff publish checkpoints.")
         checkpoint = publish_checkpoint(Checkpoint.Reason.MANUAL)
         return Response(CheckpointSerializer(selectors.checkpoint_json(checkpoint)).data, status=201)
+
+
+class CheckpointKeysView(APIView):
+    """GET, no sign-in: the key that signs the checkpoints, as a C2SP verifier key and by its two ids.
+    Public on purpose: a witness or auditor needs it without an account, and it holds no tenant's data."""
+
+    authentication_classes: list[type] = []
+    permission_classes: list[type] = []
+
+    @extend_schema(responses={200: CheckpointKeysSerializer}, auth=[])
+    def get(self, request: Request) -> Response:
+        return Response(CheckpointKeysSerializer(selectors.checkpoint_keys()).data)
 
 
 class CheckpointDetailView(APIView):

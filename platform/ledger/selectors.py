@@ -13,12 +13,12 @@ from typing import Any
 from django.conf import settings
 from django.db.models import Max, QuerySet
 
-from treemeter_records import private_key_from_seed
+from treemeter_records import key_id_for, private_key_from_seed
 from treemeter_records.merkle import leaf_hash
 
 from .merkle import consistency_path, inclusion_path
 from .models import Checkpoint, LogLeaf, LogState
-from .notes import raw_public_key
+from .notes import key_hash, raw_public_key, verifier_key
 from .store import stored_lines
 from .tree import StoredTree
 
@@ -70,6 +70,22 @@ def covering_checkpoint(tenant: str, contract: str, start_ns: int, end_ns: int) 
 def checkpoint_public_key() -> bytes:
     """The raw Ed25519 public key that signs the checkpoints (its name is settings.LEDGER_ORIGIN)."""
     return raw_public_key(private_key_from_seed(settings.PLATFORM_SIGNING_KEY))
+
+
+def checkpoint_keys() -> dict[str, str]:
+    """How the checkpoints' signing key is named, both ways, so that no one confuses them: the C2SP
+    signed-note verifier key a witness or ``treemeter-verify`` pins (``name+hash+base64``), whose
+    ``note_key_hash`` (4 bytes, hex) leads each signature line; and the record format's ``key_id``
+    (``ed25519:`` + 16 hex of SHA-256 of the key), which names the same key in the platform's signed
+    JSON (entitlement snapshots)."""
+    public_key = checkpoint_public_key()
+    return {
+        "origin": settings.LEDGER_ORIGIN,
+        "note_verifier_key": verifier_key(settings.LEDGER_ORIGIN, public_key),
+        "note_key_hash": key_hash(settings.LEDGER_ORIGIN, public_key).hex(),
+        "key_id": key_id_for(public_key),
+        "public_key": base64.b64encode(public_key).decode(),
+    }
 
 
 def checkpoint_json(checkpoint: Checkpoint) -> dict[str, Any]:

@@ -82,6 +82,8 @@ def test_the_line_page_lists_its_records_and_each_record_page_shows_its_proof(in
     shares = page[page.index('data-testid="record-shares"') :]
     assert re.search(r"Input tokens</td><td class=\"num\">100<", shares)
     assert "/v1/ledger/records/" in page and 'id="verify-record"' in page
+    vkey = Client().get("/v1/ledger/checkpoint-key").json()["note_verifier_key"]
+    assert f'<code data-testid="checkpoint-verifier-key">{vkey}</code>' in page
 
     stranger = member(ContractFactory.create().tenant)
     assert stranger.get(reverse("portal-record", kwargs={"record_id": leaf.record_id})).status_code == 404

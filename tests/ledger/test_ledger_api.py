@@ -16,6 +16,7 @@ from tests.ledger.support import member_client, send, staff_client
 from treemeter_records import canonical_bytes
 from treemeter_records.merkle import leaf_hash
 from treemeter_verify.merkle import root_from_inclusion, verify_consistency
+from treemeter_verify.note import open_checkpoint, parse_verifier_key
 
 pytestmark = [pytest.mark.django_db, pytest.mark.usefixtures("clickhouse")]
 
@@ -153,3 +154,25 @@ def test_completeness_report_and_gap_events_for_staff(client: Client) -> None:
         ("ledger.sequence_gap", 3, 5)
     ]
     assert member_client(contract, "fay").get("/v1/ledger/events").status_code == 403
+
+
+def test_the_checkpoint_key_is_public_as_a_verifier_key_and_by_its_two_ids(two_tenants: Any) -> None:
+    """No sign-in: a witness pins the C2SP verifier key it answers and opens a real checkpoint with the
+    verifier's own parser; the note key hash leads the checkpoint's signature blob, and the record
+    format's key id names the same key as the entitlement snapshots do."""
+    checkpoint = publish_checkpoint(Checkpoint.Reason.MANUAL)
+    response = Client().get("/v1/ledger/checkpoint-key")
+    assert response.status_code == 200, response.content
+    keys = response.json()
+    pinned = parse_verifier_key(keys["note_verifier_key"])
+    opened = open_checkpoint(checkpoint.note, pinned)
+    assert (opened.origin, opened.size, opened.root_hash) == (
+        keys["origin"],
+        checkpoint.size,
+        bytes(checkpoint.root_hash),
+    )
+    blob = base64.b64decode(checkpoint.note.rstrip("\n").rsplit(" ", 1)[1])
+    assert blob[:4].hex() == keys["note_key_hash"] == keys["note_verifier_key"].split("+")[1]
+    platform_key = Client().get("/v1/entitlements/platform-key").json()
+    assert (keys["key_id"], keys["public_key"]) == (platform_key["key_id"], platform_key["public_key"])
+    assert keys["key_id"].startswith("ed25519:") and keys["note_key_hash"] not in keys["key_id"]
