@@ -20,11 +20,12 @@ from functools import wraps
 from typing import Any
 
 from django.db.models import QuerySet
-from django.http import JsonResponse
+from django.http import HttpResponse, JsonResponse
 from django.utils.dateparse import parse_datetime
+from drf_spectacular.types import OpenApiTypes
 from drf_spectacular.utils import OpenApiParameter, extend_schema
 from rest_framework import generics, serializers
-from rest_framework.permissions import IsAdminUser, IsAuthenticated
+from rest_framework.permissions import AllowAny, IsAdminUser
 from rest_framework.request import Request
 from rest_framework.response import Response
 from rest_framework.views import APIView
@@ -108,7 +109,9 @@ class ConsistencyProofSerializer(serializers.Serializer):
     from_size = serializers.IntegerField()
     to_size = serializers.IntegerField()
     proof = serializers.ListField(child=serializers.CharField(), help_text="Base64 hashes.")
-    from_checkpoint = serializers.CharField()
+    from_checkpoint = serializers.CharField(
+        allow_null=True, help_text="The checkpoint published at from_size, if one was; null otherwise."
+    )
     to_checkpoint = serializers.CharField()
 
 
@@ -147,9 +150,10 @@ class ConsistencyQuery(serializers.Serializer):
 
 
 class CheckpointListView(generics.ListAPIView):
-    """GET: signed checkpoints, newest first (cursor pages). POST (staff): publish one now."""
+    """GET, no sign-in: signed checkpoints, newest first (cursor pages); a witness or auditor needs no
+    account (the log's size is all they tell, docs/ledger.md). POST (staff): publish one now."""
 
-    permission_classes = [IsAuthenticated]
+    permission_classes = [AllowAny]
     serializer_class = CheckpointSerializer
 
     def get_queryset(self) -> QuerySet[Checkpoint]:
@@ -184,8 +188,24 @@ class CheckpointKeysView(APIView):
         return Response(CheckpointKeysSerializer(selectors.checkpoint_keys()).data)
 
 
+class LatestCheckpointView(APIView):
+    """GET, no sign-in: the latest signed checkpoint as the C2SP note itself, ``text/plain``."""
+
+    authentication_classes: list[type] = []
+    permission_classes: list[type] = []
+
+    @extend_schema(
+        auth=[],
+        responses={(200, "text/plain"): OpenApiTypes.STR, 404: OpenApiTypes.OBJECT},
+    )
+    @answers_errors
+    def get(self, request: Request) -> HttpResponse:
+        note = selectors.checkpoint_of_size(None).note
+        return HttpResponse(note, content_type="text/plain; charset=utf-8")
+
+
 class CheckpointDetailView(APIView):
-    permission_classes = [IsAuthenticated]
+    permission_classes = [AllowAny]
 
     @extend_schema(responses={200: CheckpointSerializer})
     @answers_errors
@@ -207,10 +227,16 @@ class InclusionProofView(APIView):
 
 
 class ConsistencyProofView(APIView):
+    """GET, no sign-in: from any size (0 included) to a signed checkpoint's size."""
+
+    permission_classes = [AllowAny]
+
     @extend_schema(
         parameters=[
-            OpenApiParameter("from", int, required=True, description="The older tree size."),
-            OpenApiParameter("to", int, required=True, description="The newer tree size."),
+            OpenApiParameter(
+                "from", int, required=True, description="The older tree size: any, 0 to the checkpoint's."
+            ),
+            OpenApiParameter("to", int, required=True, description="The size of a signed checkpoint."),
         ],
         responses={200: ConsistencyProofSerializer},
     )

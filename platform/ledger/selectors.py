@@ -123,17 +123,21 @@ def inclusion_proof(record_id: str, size: int | None, tenant: str | None) -> dic
 
 
 def consistency_proof(old: int, new: int) -> dict[str, Any]:
-    first, second = checkpoint_of_size(old), checkpoint_of_size(new)
-    if first.size > second.size:
+    """The RFC 9162 consistency proof from any tree size ``old`` (0 included: an empty proof) up to the
+    signed checkpoint of size ``new``, with that checkpoint and, where one was published at ``old``,
+    the older one (None otherwise: the caller holds the root it saw at that size)."""
+    second = checkpoint_of_size(new)
+    if not 0 <= old <= second.size:
         raise LedgerLookupError(
-            400, "sizes_reversed", "The first checkpoint must not be larger than the second."
+            400, "sizes_reversed", "The first size must be between 0 and the checkpoint's size."
         )
-    path = consistency_path(first.size, second.size, StoredTree(second.size).subtree)
+    first = Checkpoint.objects.filter(size=old).order_by("-id").first()
+    path = consistency_path(old, second.size, StoredTree(second.size).subtree) if old else []
     return {
-        "from_size": first.size,
+        "from_size": old,
         "to_size": second.size,
         "proof": [b64(h) for h in path],
-        "from_checkpoint": first.note,
+        "from_checkpoint": None if first is None else first.note,
         "to_checkpoint": second.note,
     }
 

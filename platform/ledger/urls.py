@@ -6,6 +6,7 @@ from . import api
 # belong to billing and ingest: config.urls routes them.
 urlpatterns = [
     path("checkpoints", api.CheckpointListView.as_view(), name="ledger-checkpoints"),
+    path("checkpoint", api.LatestCheckpointView.as_view(), name="ledger-latest-checkpoint"),
     path("checkpoint-key", api.CheckpointKeysView.as_view(), name="ledger-checkpoint-key"),
     path("checkpoints/<int:size>", api.CheckpointDetailView.as_view(), name="ledger-checkpoint"),
     path("records/<uuid:record_id>/inclusion", api.InclusionProofView.as_view(), name="ledger-inclusion"),

@@ -14,7 +14,7 @@ from ledger.services import publish_checkpoint
 from tests.factories import ContractFactory, signing_agent
 from tests.ledger.support import member_client, send, staff_client
 from treemeter_records import canonical_bytes
-from treemeter_records.merkle import leaf_hash
+from treemeter_records.merkle import leaf_hash, merkle_root
 from treemeter_verify.merkle import root_from_inclusion, verify_consistency
 from treemeter_verify.note import open_checkpoint, parse_verifier_key
 
@@ -69,7 +69,6 @@ def test_a_tenant_never_gets_proofs_or_exports_of_another_tenant(two_tenants: An
     response = nobody.get(f"/v1/ledger/records/{foreign['record_id']}/inclusion")
     assert (response.status_code, response.json()["code"]) == (403, "no_tenant")
     assert Client().get(f"/v1/ledger/records/{foreign['record_id']}/inclusion").status_code == 401
-    assert Client().get("/v1/ledger/checkpoints").status_code == 401
 
 
 def test_proofs_hold_only_hashes_of_other_tenants_records(two_tenants: Any) -> None:
@@ -95,9 +94,40 @@ def test_consistency_proof_between_two_checkpoints(client: Client) -> None:
     proof = response.json()
     assert (proof["from_size"], proof["to_size"], len(proof["proof"])) == (6, 13, 4)
     verify_consistency(6, 13, bytes(old.root_hash), bytes(new.root_hash), [b64d(h) for h in proof["proof"]])
+    assert proof["from_checkpoint"] == old.note and proof["to_checkpoint"] == new.note
     assert viewer.get("/v1/ledger/consistency", {"from": 13, "to": 6}).json()["code"] == "sizes_reversed"
-    assert viewer.get("/v1/ledger/consistency", {"from": 5, "to": 13}).json()["code"] == "no_checkpoint"
+    assert viewer.get("/v1/ledger/consistency", {"from": 5, "to": 12}).json()["code"] == "no_checkpoint"
     assert viewer.get("/v1/ledger/consistency", {"from": "x", "to": "13"}).status_code == 400
+
+
+def test_anyone_reads_the_checkpoints_and_proves_consistency_from_any_size(client: Client) -> None:
+    """No sign-in: the latest checkpoint as its C2SP note (text/plain), the checkpoint list and detail,
+    and a consistency proof from any size up to a checkpoint's, 0 (empty) and the size itself included,
+    each verified against the root of the log's first leaves, computed here from the stored leaf hashes."""
+    contract = ContractFactory.create()
+    agent = signing_agent(contract)
+    anyone = Client()
+    assert anyone.get("/v1/ledger/checkpoint").json()["code"] == "no_checkpoint"
+    send(client, agent, [agent.record(contract) for _ in range(9)])
+    latest = publish_checkpoint(Checkpoint.Reason.MANUAL)
+    answer = anyone.get("/v1/ledger/checkpoint")
+    assert answer.status_code == 200 and answer["Content-Type"] == "text/plain; charset=utf-8"
+    assert answer.content.decode() == latest.note
+    assert anyone.get("/v1/ledger/checkpoints").json()["results"][0]["note"] == latest.note
+    assert anyone.get(f"/v1/ledger/checkpoints/{latest.size}").json()["size"] == 9
+    leaves = [bytes(h) for h in LogLeaf.objects.order_by("index").values_list("leaf_hash", flat=True)]
+    for old in range(0, 10):
+        response = anyone.get("/v1/ledger/consistency", {"from": old, "to": 9})
+        assert response.status_code == 200, response.content
+        proof = response.json()
+        assert (proof["from_size"], proof["from_checkpoint"]) == (old, latest.note if old == 9 else None)
+        hashes = [b64d(h) for h in proof["proof"]]
+        if old in (0, 9):
+            assert hashes == []
+            continue
+        verify_consistency(old, 9, merkle_root(leaves[:old]), bytes(latest.root_hash), hashes)
+    assert anyone.get("/v1/ledger/consistency", {"from": 10, "to": 9}).json()["code"] == "sizes_reversed"
+    assert anyone.post("/v1/ledger/checkpoints").status_code in (401, 403)  # publishing stays staff's
 
 
 def test_checkpoints_are_listed_and_published_by_staff_only(client: Client) -> None:
