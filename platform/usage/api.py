@@ -235,7 +235,9 @@ BreakdownAnswer = inline_serializer(
     },
 )
 
-_SERVICE_POINT = "[ISO time, P99 ms, requests in flight, mean wait in line ms, answers]"
+_SERVICE_POINT = (
+    "[ISO time, P99 ms, requests in flight, mean wait in line ms (decimal strings), answers (integer)]"
+)
 SubtreesAnswer = inline_serializer(
     "UsageSubtrees",
     {
@@ -245,16 +247,17 @@ SubtreesAnswer = inline_serializer(
             {
                 "subtree": serializers.CharField(),
                 "sla_p99_ms": _ms(),
+                # Mixed tuples (strings and whole numbers): each item's help text gives its shape.
                 "service": serializers.ListField(
-                    child=serializers.ListField(child=serializers.CharField()), help_text=_SERVICE_POINT
+                    child=serializers.ListField(child=serializers.JSONField()), help_text=_SERVICE_POINT
                 ),
                 "replicas": serializers.ListField(
-                    child=serializers.ListField(child=serializers.CharField()),
-                    help_text="Scaling steps: [ISO time, desired replicas, scale_up or scale_down]",
+                    child=serializers.ListField(child=serializers.JSONField()),
+                    help_text="Scaling steps: [ISO time, desired replicas (integer), scale_up or scale_down]",
                 ),
                 "moves": serializers.ListField(
-                    child=serializers.ListField(child=serializers.CharField()),
-                    help_text="Capacity lent to it: [ISO time, borrow or return, executors]",
+                    child=serializers.ListField(child=serializers.JSONField()),
+                    help_text="Capacity lent to it: [ISO time, borrow or return, executors (integer)]",
                 ),
             },
             many=True,
