@@ -221,9 +221,11 @@ class Tree:
         self.processes[name].wait()
         return time.monotonic()
 
-    def ask(self, request_id: str, prompt: str, max_tokens: int = 4) -> bool:
-        """One customer request through the router, kept as answered or not; whether it was answered."""
-        body = {"model": "tiny", "prompt": prompt, "max_tokens": max_tokens}
+    def ask(self, request_id: str, prompt: str, max_tokens: int = 4, temperature: float = 1.0) -> bool:
+        """One customer request through the router, kept as answered or not; whether it was answered.
+        Temperature 0 for a request that must run its whole length (sampled, the tiny model may stop
+        early: 8 of 20 sampled answers of "a long contract" ended before 400 tokens)."""
+        body = {"model": "tiny", "prompt": prompt, "max_tokens": max_tokens, "temperature": temperature}
         headers = {"authorization": f"Bearer {self.api_key}", "x-request-id": request_id}
         try:
             answer = httpx.post(self.router_url + "/v1/completions", json=body, headers=headers, timeout=30)
@@ -360,7 +362,8 @@ def test_the_router_killed_and_restarted(tree: Tree, tiny_model: Path, live_serv
         # A long request, surely at an executor when the router dies: whether that executor finishes
         # it (ok, then superseded by the restarted router's record) or sees its caller go (cancelled),
         # it is billed to nobody.
-        doomed = threading.Thread(target=tree.ask, args=("doomed", "a long contract", 400))
+        # greedy, "a long contract" runs all 512 tokens (0.9 s alone, longer under this load)
+        doomed = threading.Thread(target=tree.ask, args=("doomed", "a long contract", 512, 0.0))
         doomed.start()
         time.sleep(0.5)
         killed_at = tree.kill("router-1")

@@ -80,7 +80,8 @@ class JobsTree(Tree):
     ) -> dict[str, Any]:
         answer = httpx.post(
             self.router_url + "/v1/completions",
-            json={"model": "tiny", "prompt": prompt, "max_tokens": max_tokens},
+            # greedy: a long job runs its whole length (sampled, the tiny model may stop early)
+            json={"model": "tiny", "prompt": prompt, "max_tokens": max_tokens, "temperature": 0},
             headers={"authorization": f"Bearer {self.api_key}", **(headers or {})},
             timeout=30,
         )
@@ -222,7 +223,7 @@ def test_a_job_survives_its_worker_and_its_router_and_is_billed_once(
 
     # The router dies while the job runs at the executor; restarted on the same port, it dispatches the
     # job again (the worker retries), naming the lost attempt in its decision's `supersedes`.
-    second = tree.submit("second job", max_tokens=400)
+    second = tree.submit("a long contract", max_tokens=400)  # greedy: all 400 tokens ("second job": 271)
     wait_for(
         lambda: tree.job(second["id"]).json()["status"] == "in_progress",
         "a dispatch",
