@@ -38,10 +38,16 @@ def scheduler_events(selected: EventFilter) -> QuerySet[SchedulerEvent]:
     return rows.order_by("-at", "-id")
 
 
+def _newest(events: QuerySet[SchedulerEvent], limit: int) -> tuple[list[SchedulerEvent], bool]:
+    """The newest ``limit`` of ``events`` (ordered newest first) in time order, and whether older ones
+    were left out."""
+    newest = list(events[: limit + 1])
+    return newest[:limit][::-1], len(newest) > limit
+
+
 def chart_events(selected: EventFilter, limit: int) -> tuple[list[SchedulerEvent], bool]:
     """The newest ``limit`` matching events in time order, and whether older ones were left out."""
-    newest = list(scheduler_events(selected)[: limit + 1])
-    return newest[:limit][::-1], len(newest) > limit
+    return _newest(scheduler_events(selected), limit)
 
 
 @dataclass(frozen=True)
@@ -97,6 +103,6 @@ def route_events(
         matching |= Q(router__agent_id=router, subtree=subtree)
     if not matching:
         return [], False
-    rows = SchedulerEvent.objects.filter(matching, at__gte=start, at__lt=end).order_by("-at", "-id")
-    newest = list(rows[: limit + 1])
-    return newest[:limit][::-1], len(newest) > limit
+    return _newest(
+        SchedulerEvent.objects.filter(matching, at__gte=start, at__lt=end).order_by("-at", "-id"), limit
+    )

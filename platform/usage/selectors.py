@@ -221,7 +221,7 @@ def latency_objectives(contracts: Iterable[Contract]) -> list[dict[str, Any]]:
 
 
 def _places(value: float) -> str:
-    return f"{Decimal(repr(float(value))).quantize(MS_PLACES, ROUND_HALF_UP):f}"
+    return _fixed(Decimal(repr(float(value))), 3)
 
 
 def subtrees(usage: UsageFilter) -> Answer:
