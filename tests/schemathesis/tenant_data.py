@@ -192,8 +192,12 @@ def _sla_policy(contract: Contract) -> SlaPolicy:
 
 
 def _webhook(tenant: Tenant, label: str) -> tuple[WebhookEndpoint, WebhookEvent, WebhookDelivery]:
-    """An endpoint with one event, one failed delivery and its attempt (no HTTP is sent)."""
-    endpoint = WebhookEndpoint.objects.create(tenant=tenant, url=f"https://{label}.example/hooks")
+    """An endpoint with one event, one failed delivery and its attempt (no HTTP is sent).
+
+    The URL is a closed loopback port (the tests allow private URLs): an event published while a test
+    runs (tasks run eagerly, inside the request) fails at once, where a made-up name would wait on DNS
+    (once more than the 5 s a browser step waits, on a CI machine)."""
+    endpoint = WebhookEndpoint.objects.create(tenant=tenant, url=f"http://127.0.0.1:9/{label}/hooks")
     event = WebhookEvent.objects.create(
         event_id=f"{label}-evt-1", type="invoice.finalized", tenant=tenant, payload={"tenant": tenant.code}
     )
