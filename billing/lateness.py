@@ -182,8 +182,9 @@ def _adjust(
         late = measured.quantities.get(dimension, ZERO) - billed.quantities.get(dimension, ZERO)
         if late <= 0:
             continue
-        after = rate_versions(versions, measured, start, end, terms.currency)
-        before = rate_versions(versions, billed, start, end, terms.currency)
+        additive = terms.additive(dimension)
+        after = rate_versions(versions, measured, start, end, terms.currency, additive)
+        before = rate_versions(versions, billed, start, end, terms.currency, additive)
         amount = sum((line.amount for line in after), ZERO) - sum((line.amount for line in before), ZERO)
         decision = LateUsage.Decision.IGNORED if too_old else LateUsage.Decision.ADJUSTED
         found.reports.append(

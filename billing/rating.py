@@ -111,11 +111,18 @@ def rate_charge(charge: ChargeTerms, quantity: Decimal, value: Decimal, currency
 
 
 def rate_versions(
-    versions: list[ChargeTerms], usage: PeriodUsage, start: datetime, end: datetime, currency: str
+    versions: list[ChargeTerms],
+    usage: PeriodUsage,
+    start: datetime,
+    end: datetime,
+    currency: str,
+    additive: bool = True,
 ) -> list[RatedLine]:
     """The lines of one dimension: one line as ever when a single version prices the whole period,
     else one per version in effect, each over its segment of the period (usage before a dimension's
-    first version is not billed). The rules:
+    first version is not billed). A metric whose quantity does not add up over parts of the period
+    (`additive` false: a period max, a unique count, a latest value) is one figure of the whole period:
+    the version in effect at the period's end prices it, in one line. The rules for the others:
 
     - the period's included quantity is the newest version's (the one in effect at the period end),
       consumed in time order: the earliest usage is free first;
@@ -128,9 +135,9 @@ def rate_versions(
     if not spans:
         return []
     dimension = versions[0].dimension
-    if len(spans) == 1 and spans[0][1:] == (start, end):
+    if not additive or (len(spans) == 1 and spans[0][1:] == (start, end)):
         quantity, value = usage.quantities.get(dimension, ZERO), usage.values.get(dimension, ZERO)
-        return [rate_charge(spans[0][0], quantity, value, currency)]
+        return [rate_charge(spans[-1][0], quantity, value, currency)]
     quantities = [_segment_quantity(usage, dimension, begin, finish) for _, begin, finish in spans]
     newest = spans[-1][0]
     included = Decimal(newest.included_quantity)
@@ -308,8 +315,8 @@ def rate_period(
     currency = terms.currency
     lines = [
         line
-        for versions in terms.versions().values()
-        for line in rate_versions(versions, usage, start, end, currency)
+        for dimension, versions in terms.versions().items()
+        for line in rate_versions(versions, usage, start, end, currency, terms.additive(dimension))
     ]
     lines += adjustments or []
     fees = base_fee_lines(terms, start, end)

@@ -95,10 +95,12 @@ def usage_by_contract(
 
 
 def _summed(rows: list[UsageRow]) -> UsageRow | None:
-    """One contract's segment rows added up."""
+    """One contract's segment rows added up; a metric that does not add up (a period max, …) takes its
+    whole period's value, which the query gives each segment with billable records."""
     if len(rows) <= 1:
         return rows[0] if rows else None
     first = rows[0]
+    period = next((row.period_metrics for row in rows if row.period_metrics), {})
     return UsageRow(
         first.tenant,
         first.contract,
@@ -108,7 +110,11 @@ def _summed(rows: list[UsageRow]) -> UsageRow | None:
         sum(row.by_pause for row in rows),
         sum(row.by_retry for row in rows),
         {d: sum(row.aggregates[d] for row in rows) for d in first.aggregates},
-        {e: sum((row.metrics[e] for row in rows), Decimal(0)) for e in first.metrics},
+        {
+            e: period[e] if e in period else sum((row.metrics[e] for row in rows), Decimal(0))
+            for e in first.metrics
+        },
+        period,
     )
 
 

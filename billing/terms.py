@@ -23,7 +23,7 @@ from contracts.models import Contract, ContractMetric, ContractPrice
 from pricing.charge_models import ChargeModel, build_charge_model
 from pricing.dimensions import DIMENSION_CODES, DIMENSION_LABELS
 from pricing.errors import TermsError
-from pricing.expressions import parse_metric
+from pricing.expressions import ADDITIVE_AGGREGATIONS, metric_aggregation, parse_metric
 from pricing.validation import validate_charge
 
 from .models import Coupon
@@ -100,6 +100,12 @@ class Terms:
         for charge in self.charges:
             grouped.setdefault(charge.dimension, []).append(charge)
         return grouped
+
+    def additive(self, dimension: str) -> bool:
+        """Whether the dimension's period quantity is the sum of its parts' (every built-in one is; a
+        custom metric by its aggregation)."""
+        expression = self.metrics.get(dimension)
+        return expression is None or metric_aggregation(expression) in ADDITIVE_AGGREGATIONS
 
     def change_instants(self, start: datetime, end: datetime) -> tuple[datetime, ...]:
         """The instants inside (start, end) where some dimension's price changes: where rating splits."""

@@ -19,6 +19,7 @@ from rest_framework.views import APIView
 from common.errors import error_response
 from common.fields import IdentifierField
 from common.filters import ListFilter, code_filter
+from pricing.expressions import AGGREGATIONS, metric_aggregation
 
 from .models import Contract, ContractMetric
 from .services import TERM_FIELDS, set_charge, set_metric, update_terms
@@ -53,7 +54,13 @@ class ChargeSerializer(serializers.Serializer):
 
 class MetricSerializer(serializers.Serializer):
     name = IdentifierField(max_length=200)
-    expression = serializers.CharField()
+    expression = serializers.CharField(
+        help_text="Over record fields (docs/billing.md); may be wrapped in one aggregation: "
+        "period_max(…), unique_count(…), latest(…), time_weighted_sum(…) or sum(…) (the default)."
+    )
+    aggregation = serializers.ChoiceField(
+        choices=AGGREGATIONS, read_only=True, help_text="How the period aggregates it, from the expression."
+    )
 
 
 class MetricPathSerializer(serializers.Serializer):
@@ -98,7 +105,14 @@ class MetricView(APIView):
         if isinstance(contract, JsonResponse):
             return contract
         row = set_metric(contract, metric, body.validated_data["name"], body.validated_data["expression"])
-        return JsonResponse({"code": row.code, "name": row.name, "expression": row.expression})
+        return JsonResponse(
+            {
+                "code": row.code,
+                "name": row.name,
+                "expression": row.expression,
+                "aggregation": metric_aggregation(row.expression),
+            }
+        )
 
 
 class TermsView(APIView):

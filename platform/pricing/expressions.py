@@ -7,18 +7,32 @@
     atom   := NUMBER | FIELD | ("min" | "max") "(" expr "," expr ")" | "if" "(" expr "," expr "," expr ")"
               | "(" expr ")"
 
+A custom metric (not an outcome rule) may wrap the whole expression in one aggregation, which says how
+the per-record values become the period's quantity:
+
+    metric := AGGREGATION "(" expr ")" | expr        (without one: `sum`)
+
+- `sum`: the values added up;
+- `period_max`: the largest value;
+- `unique_count`: how many distinct values;
+- `latest`: the value of the latest record (by start, then record id);
+- `time_weighted_sum`: each record's value held from its start until the next record's (the last one's
+  until the period ends; nothing before the first), times the time held, over the period's length:
+  10 held for half the period is 5.
+
 The tree holds numbers and whitelisted field names only, never user text; the ClickHouse layer renders
 it to parameterised SQL (`clickhouse_store.queries.metric_sql`): a field becomes its whitelisted column
 expression, a number a bound Float64 parameter. Every value is Float64 (so `tokens_in - tokens_out`
-cannot wrap around); x / 0 is 0; a comparison, `and` and `or` are 1 or 0. The per-record value is summed
-over the period exactly (as a decimal of 18 places, `clickhouse_store.queries.billing.METRIC_VALUE`) and
-billed to 6 decimal places.
+cannot wrap around); x / 0 is 0; a comparison, `and` and `or` are 1 or 0. Each record's value is taken
+exactly as a decimal of 18 places (`clickhouse_store.queries.billing.METRIC_VALUE`), aggregated in the
+engine, and billed to 6 decimal places.
 """
 
 from __future__ import annotations
 
 import re
 from dataclasses import dataclass
+from functools import lru_cache
 from typing import TypeAlias
 
 from .errors import TermsError
@@ -50,6 +64,11 @@ _TOKEN = re.compile(
     r"\s*(?:(\d+(?:\.\d+)?(?:[eE][+-]?\d+)?)|([A-Za-z_][A-Za-z0-9_]*)|(<=|>=|==|!=|[-+*/(),<>=]))"
 )
 MAX_LENGTH = 500
+
+# How a metric's per-record values become the period's quantity (the module docstring says each).
+AGGREGATIONS: tuple[str, ...] = ("sum", "period_max", "unique_count", "latest", "time_weighted_sum")
+# Those whose period quantity is the sum of its parts' (of the period cut at price changes).
+ADDITIVE_AGGREGATIONS: frozenset[str] = frozenset({"sum", "time_weighted_sum"})
 
 
 @dataclass(frozen=True)
@@ -108,12 +127,18 @@ Node: TypeAlias = Number | Field | OutcomeValue | Negate | Arithmetic | Comparis
 
 @dataclass(frozen=True)
 class Metric:
-    """A parsed custom metric (or outcome rule): its text, its tree (a per-record Float64 value) and
-    the fields it reads."""
+    """A parsed custom metric (or outcome rule): its text, its tree (a per-record Float64 value), the
+    fields it reads, and how the period aggregates it (`AGGREGATIONS`; a rule's is `sum`, unused)."""
 
     expression: str
     tree: Node
     fields: frozenset[str]
+    aggregation: str = "sum"
+
+    @property
+    def additive(self) -> bool:
+        """Whether the period's quantity is the sum of its parts' (see ADDITIVE_AGGREGATIONS)."""
+        return self.aggregation in ADDITIVE_AGGREGATIONS
 
 
 @dataclass(frozen=True)
@@ -177,10 +202,20 @@ class _Parser:
             raise _error(f"Expected {text!r}, found {found!r}", self.token.position, self.expression)
 
     def parse(self) -> Metric:
-        tree = self._or()
+        aggregation, first = "sum", self.token
+        wrapped = not self.rule and first.kind == "name" and first.text.lower() in AGGREGATIONS
+        if wrapped:
+            aggregation = first.text.lower()
+            self.index += 1
+            self._expect("(")
+            tree = self._or()
+            self._expect(")")
+        else:
+            tree = self._or()
         if self.token.kind != "end":
-            raise _error(f"Unexpected {self.token.text!r}", self.token.position, self.expression)
-        return Metric(self.expression, tree, frozenset(self.used))
+            after = f" (an aggregation, {aggregation}(…), wraps the whole metric)" if wrapped else ""
+            raise _error(f"Unexpected {self.token.text!r}{after}", self.token.position, self.expression)
+        return Metric(self.expression, tree, frozenset(self.used), aggregation)
 
     def _or(self) -> Node:
         node = self._and()
@@ -233,6 +268,9 @@ class _Parser:
             self.index += 1
             if name in ("min", "max", "if"):
                 return self._call(name, token)
+            if name in AGGREGATIONS:
+                where = "an outcome rule has none" if self.rule else "it wraps the whole metric"
+                raise _error(f"{name}() is an aggregation: {where}", token.position, self.expression)
             if name in self.fields:
                 self.used.add(name)
                 return Field(name)
@@ -274,3 +312,9 @@ def parse_metric(expression: str, *, rule: bool = False) -> Metric:
             {"position": MAX_LENGTH},
         )
     return _Parser(expression, rule).parse()
+
+
+@lru_cache(maxsize=1024)
+def metric_aggregation(expression: str) -> str:
+    """The aggregation of a custom metric's expression (parsed once per text), or TermsError."""
+    return parse_metric(expression).aggregation

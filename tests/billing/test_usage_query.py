@@ -31,7 +31,7 @@ def test_one_query_measures_each_contract_with_its_own_metrics() -> None:
 
     usage = usage_by_contract(meters, *month_bounds("2026-11"))
 
-    sql, _, columns = usage_sql(rated_contracts(meters), *month_bounds("2026-11"))
+    sql, _, columns, _ = usage_sql(rated_contracts(meters), *month_bounds("2026-11"))
     assert sql.count("SELECT") == 1 and columns == {"hops": 0, "tokens_in * 2": 1}  # shared expressions
     assert {k: (u.record_count, u.quantities["requests"]) for k, u in usage.items()} == {
         a.code: (1, Decimal(1)),

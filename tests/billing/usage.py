@@ -27,8 +27,9 @@ def send(contract: Contract, count: int, start_ns: int, **overrides: Any) -> Non
     send_each(contract, [{"start_ns": start_ns, **overrides}] * count)
 
 
-def send_each(contract: Contract, fields: list[dict[str, Any]]) -> None:
-    """One record per dict of field overrides (start_ns included), in one signed batch, in that order."""
+def send_each(contract: Contract, fields: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """One record per dict of field overrides (start_ns included), in one signed batch, in that order;
+    the records sent."""
     agent = signing_agent(contract, agent_id=f"agent-{contract.code}") if contract.pk not in _agents else None
     if agent is not None:
         _agents[contract.pk] = agent
@@ -38,6 +39,7 @@ def send_each(contract: Contract, fields: list[dict[str, Any]]) -> None:
         "/v1/ingest/batches", data=agent.batch(records).body(), content_type="application/x-ndjson"
     )
     assert response.status_code == 200, response.content
+    return records
 
 
 def forget_agents() -> None:

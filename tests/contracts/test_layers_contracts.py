@@ -44,6 +44,7 @@ def test_contracts_and_catalog_import_nothing_of_billing() -> None:
         "collections",
         "dataclasses",
         "decimal",
+        "functools",
         "re",
         "typing",
         "django",

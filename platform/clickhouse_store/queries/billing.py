@@ -105,7 +105,10 @@ class Excluded:
 class UsageRow:
     """One (tenant, contract, segment) group of the rating query: all its records, those a dispute or
     a pause left out, those a retry superseded, each dimension's integer aggregate and each custom
-    metric's exact sum (by its expression text) over the billable ones (ok, not excluded)."""
+    metric's exact aggregate (by its expression text) over the billable ones (ok, not excluded). A
+    metric whose aggregation is not additive (`Metric.additive`) also has its whole period's value in
+    `period_metrics`: the same in every segment of the contract with billable records (empty in the
+    others)."""
 
     tenant: str
     contract: str
@@ -116,13 +119,64 @@ class UsageRow:
     by_retry: int
     aggregates: dict[str, int]
     metrics: dict[str, Decimal]
+    period_metrics: dict[str, Decimal]
+
+
+# The billable groups of one contract (its segments), over which a metric's whole-period value is taken.
+_CONTRACT_WINDOW = "PARTITION BY pair, state"
+
+
+def _metric_columns(aggregation: str, value_sql: str, in_metric: str) -> tuple[str, str | None]:
+    """A custom metric's aggregate over a group's billable records (`in_metric` holds for them), and, if
+    its aggregation is not additive, its value over all the contract's segments (a window over the
+    groups). The per-record value is `if(in_metric, value, 0)`: `if` evaluates the value (a Float64
+    expression, `value_sql`) for those rows only."""
+    value = f"if({in_metric}, {METRIC_VALUE.format(value_sql)}, {METRIC_VALUE.format('0')})"
+    latest_key = "(start_ns, toString(record_id))"  # ties: the greater record id, as text
+    match aggregation:
+        case "sum":
+            return f"sumIf({value}, {in_metric})", None
+        case "period_max":
+            group = f"maxIf({value}, {in_metric})"
+            return group, f"max({group}) OVER ({_CONTRACT_WINDOW})"
+        case "unique_count":
+            group = f"toDecimal256(uniqExactIf({value}, {in_metric}), 18)"
+            period = f"uniqExactIfMerge(uniqExactIfState({value}, {in_metric})) OVER ({_CONTRACT_WINDOW})"
+            return group, f"toDecimal256({period}, 18)"
+        case "latest":
+            group = f"argMaxIf({value}, {latest_key}, {in_metric})"
+            return group, f"argMax({group}, maxIf({latest_key}, {in_metric})) OVER ({_CONTRACT_WINDOW})"
+        case "time_weighted_sum":
+            # Each value held until the next record's start: the next in the group, or the first of a
+            # later segment (a window over the groups in segment order), or the period's end.
+            held = f"arraySort(groupArrayIf((start_ns, toString(record_id), {value}), {in_metric}))"
+            later = (
+                f"min(minIfOrNull(start_ns, {in_metric})) OVER ({_CONTRACT_WINDOW} ORDER BY segment "
+                "ROWS BETWEEN 1 FOLLOWING AND UNBOUNDED FOLLOWING)"
+            )
+            starts = f"arrayMap(x -> x.1, {held})"
+            following = f"arrayPushBack(arrayPopFront({starts}), coalesce({later}, {{tw_end_ns:Int64}}))"
+            until = f"arraySlice({following}, 1, length({held}))"  # a group without the metric: none
+            weighted = f"arraySum(arrayMap((x, n) -> x.3 * (n - x.1), {held}, {until}))"
+            return f"{weighted} / {{tw_period_ns:Int64}}", None
+    raise ValueError(f"unknown aggregation {aggregation!r}")
+
+
+class RatingQuery(NamedTuple):
+    """The rating query, its parameters, and where each distinct custom metric expression is among the
+    metric columns (contracts sharing an expression share one): its group's value, and, for an
+    aggregation that is not additive, its whole period's value."""
+
+    sql: str
+    params: dict[str, Any]
+    metric_column: dict[str, int]
+    period_column: dict[str, int]
 
 
 def usage_sql(
     contracts: Sequence[RatedContract], start: datetime, end: datetime, excluded: Excluded = Excluded()
-) -> tuple[str, dict[str, Any], dict[str, int]]:
-    """The one GROUP BY query for these contracts over [start, end), its parameters, and the column
-    of each distinct custom metric expression (contracts sharing an expression share one column).
+) -> RatingQuery:
+    """The one GROUP BY query for these contracts over [start, end) (`RatingQuery`).
     Built from our own constant expressions and rendered metrics only; tenants, contracts, period,
     numbers and the excluded record ids and paused windows are bound parameters.
 
@@ -179,16 +233,23 @@ def usage_sql(
         for metric in rated.metrics:
             users.setdefault(metric.expression, (metric, []))[1].append(rated.contract)
     metric_column: dict[str, int] = {}
+    period_column: dict[str, int] = {}
+    period_columns: list[str] = []
     for k, (expression, (metric, codes)) in enumerate(users.items()):
         rendered = metric_sql(metric, param_prefix=f"m{k}p")
         params.update(rendered.params)
         params[f"m{k}c"] = sorted(set(codes))
-        # Only the billable records of the contracts that have the metric are converted and summed
-        # (`if` evaluates its branch for those rows only).
+        # Only the billable records of the contracts that have the metric are aggregated.
         in_metric = f"{_OK} AND {_CONTRACT} IN {{m{k}c:Array(String)}}"
-        value, zero = METRIC_VALUE.format(rendered.sql), METRIC_VALUE.format("0")
-        columns.append(f"sumIf(if({in_metric}, {value}, {zero}), {in_metric})")
+        group, whole = _metric_columns(metric.aggregation, rendered.sql, in_metric)
+        columns.append(group)
         metric_column[expression] = k
+        if whole is not None:
+            period_column[expression] = len(users) + len(period_columns)
+            period_columns.append(whole)
+        if metric.aggregation == "time_weighted_sum":
+            params["tw_end_ns"], params["tw_period_ns"] = unix_nanos(end), unix_nanos(end) - unix_nanos(start)
+    columns += period_columns
     pair = (
         f"toUInt64(transform({_CONTRACT}, {{contracts:Array(String)}}, {{contract_keys:Array(UInt32)}}, 0)) "
         f"* {{tenant_span:UInt64}} + transform({_TENANT}, {{tenants:Array(String)}}, "
@@ -210,7 +271,7 @@ def usage_sql(
         + (_NAMED if len(contracts) < PRUNE_BELOW else "")
         + "GROUP BY tenant, contract, segment, usage_group"
     )
-    return sql, params, metric_column
+    return RatingQuery(sql, params, metric_column, period_column)
 
 
 # Below this many contracts the query names their tenants and contracts in WHERE, so the primary key
@@ -233,7 +294,7 @@ def usage_rows(
 ) -> list[UsageRow]:
     """The rating query's groups (`usage_sql`), one per (tenant, contract, segment) with records. A
     group's tenant may differ from its contract's: the caller keeps only the contract's own."""
-    sql, params, metric_column = usage_sql(contracts, start, end, excluded)
+    sql, params, metric_column, period_column = usage_sql(contracts, start, end, excluded)
     first_metric = _FIRST_AGGREGATE + len(AGGREGATED_DIMENSIONS)
     counts: dict[tuple[str, str, int], list[int]] = {}
     billable: dict[tuple[str, str, int], tuple[Any, ...]] = {}
@@ -271,6 +332,7 @@ def usage_rows(
                     e: Decimal(sums[first_metric + k] or 0) if sums else Decimal(0)
                     for e, k in metric_column.items()
                 },
+                {e: Decimal(sums[first_metric + k] or 0) for e, k in period_column.items()} if sums else {},
             )
         )
     return rows
