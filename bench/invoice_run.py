@@ -16,6 +16,8 @@ and a 6 % tax; every tenth has a custom metric. Timed:
 - a floor: that aggregate plus writing the run's invoices and lines again with COPY alone (rolled
   back), what any run costs that rates in ClickHouse and keeps its invoices in PostgreSQL;
 - one bare GROUP BY contract with the same aggregates, without and with FINAL;
+- the rating aggregate again with the custom metric under each aggregation (`period_max(…)`, …): what
+  each costs over the summed metric;
 - then the next month's run (as many records again, in December), after one late November record per
   contract: every contract's November invoice is re-measured (`billing.lateness.LateUsageCheck`) and
   gets its adjustment line.
@@ -184,6 +186,7 @@ def run(records: int, contracts: int) -> None:
     ]
     nov = month_bounds("2026-11")
     aggregate_s, _ = _timed(lambda: usage_by_contract(meters, *nov))
+    by_aggregation = _aggregations(meters, nov)
     run_s, result = _timed(lambda: run_invoices("2026-11"))
     console.print(f"run: {result}")
     total = sum((i.total for i in Invoice.objects.all()), Decimal(0))
@@ -204,7 +207,29 @@ def run(records: int, contracts: int) -> None:
     ):
         table.add_row(name, f"{seconds:.2f}", f"{seconds / bare_s:.2f}", f"{seconds / bare_final_s:.2f}")
     console.print(table)
+    table = Table(title="The rating aggregate with the custom metric (every tenth contract) aggregated by")
+    for column in ("aggregation", "seconds", "÷ summed metric"):
+        table.add_column(column, justify="right")
+    for aggregation, seconds in by_aggregation.items():
+        table.add_row(aggregation, f"{seconds:.2f}", f"{seconds / by_aggregation['sum']:.2f}")
+    console.print(table)
     _next_month(records, contracts, console)
+
+
+def _aggregations(meters: list[Any], period: tuple[Any, Any]) -> dict[str, float]:
+    """Seconds of the rating aggregate with each contract's custom metric wrapped in each aggregation."""
+    from dataclasses import replace
+
+    from billing.selectors import usage_by_contract
+    from pricing.expressions import AGGREGATIONS
+
+    seconds = {}
+    for aggregation in AGGREGATIONS:
+        wrapped = [
+            replace(m, metrics={code: f"{aggregation}({e})" for code, e in m.metrics.items()}) for m in meters
+        ]
+        seconds[aggregation], _ = _timed(lambda wrapped=wrapped: usage_by_contract(wrapped, *period))
+    return seconds
 
 
 def _write_floor() -> float:
