@@ -20,7 +20,8 @@ from billing.selectors import period_usage
 from common.periods import month_bounds, month_of
 from contracts.models import Contract, prices_in_effect
 from entitlements.models import ApiKey, QuotaPeriod
-from sla.models import SlaReport
+from sla.models import CustomerDependency, Exclusion, SlaReport
+from sla.selectors import DependencyStatus, dependency_statuses
 from webhooks.models import WebhookDelivery, WebhookEndpoint
 
 
@@ -50,6 +51,18 @@ def disputes(principal: Principal) -> QuerySet[Dispute]:
 def sla_reports(principal: Principal) -> QuerySet[SlaReport]:
     rows = SlaReport.objects.select_related("contract", "contract__tenant", "contract__package")
     return scoped(rows.order_by("-month", "contract__code"), principal, "contract__tenant")
+
+
+def dependencies(principal: Principal) -> list[DependencyStatus]:
+    """The tenant's watched dependencies, each with its state."""
+    return dependency_statuses(scoped(CustomerDependency.objects.all(), principal, "contract__tenant"))
+
+
+def outages(principal: Principal) -> QuerySet[Exclusion]:
+    """The exclusions the dependency watch opened on the tenant's contracts, newest first, with appeals."""
+    rows = Exclusion.objects.filter(detected_by__isnull=False).select_related("contract", "detected_by")
+    rows = rows.prefetch_related("appeals").order_by("-starts_at", "-id")
+    return scoped(rows, principal, "contract__tenant")
 
 
 def api_keys(principal: Principal) -> QuerySet[ApiKey]:

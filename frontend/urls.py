@@ -28,6 +28,7 @@ urlpatterns = [
     path("disputes/", invoices.dispute_list, name="portal-disputes"),
     path("disputes/<int:pk>", invoices.dispute_detail, name="portal-dispute"),
     path("sla-reports/", sla.report_list, name="portal-sla-reports"),
+    path("outages/<int:pk>/appeal", sla.appeal_outage, name="portal-outage-appeal"),
     path("sla-reports/<int:pk>", sla.report_detail, name="portal-sla-report"),
     path("sla-reports/<int:pk>/pdf", pdfs.sla_report_pdf, name="portal-sla-report-pdf"),
     path("api-keys/", keys.key_list, name="portal-keys"),

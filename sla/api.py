@@ -13,16 +13,18 @@ from rest_framework.permissions import IsAdminUser, IsAuthenticated
 from rest_framework.request import Request
 from rest_framework.response import Response
 
-from accounts.access import principal_of, scoped
+from accounts.access import WRITE_BILLING, principal_of, scoped
 from common.errors import error_response
+from common.fields import IdentifierField
 from common.filters import ListFilter, code_filter
 from common.periods import parse_month
 from contracts.models import Contract
 
-from .models import Exclusion, ServiceCredit, SlaAlert, SlaReport
+from .dependencies import set_dependency
+from .models import CustomerDependency, Exclusion, ExclusionAppeal, ServiceCredit, SlaAlert, SlaReport
 from .pdf import LANGUAGES, render_report_pdf
-from .selectors import reports_for
-from .services import declare_exclusion
+from .selectors import DependencyStatus, dependency_statuses, reports_for
+from .services import appeal_exclusion, declare_exclusion
 
 
 class ReportSummarySerializer(serializers.ModelSerializer):
@@ -168,7 +170,15 @@ class CreditListView(generics.ListAPIView):
 
 class ExclusionSerializer(serializers.ModelSerializer):
     contract = serializers.SlugRelatedField(slug_field="code", queryset=Contract.objects.all())
-    declared_by = serializers.CharField(source="declared_by.username", read_only=True)
+    declared_by = serializers.CharField(
+        source="declared_by.username", read_only=True, allow_null=True, help_text="null: detected"
+    )
+    detected_by = serializers.CharField(
+        source="detected_by.name",
+        read_only=True,
+        allow_null=True,
+        help_text="The watched dependency whose outage opened it (null: declared by a person).",
+    )
 
     class Meta:
         model = Exclusion
@@ -182,8 +192,10 @@ class ExclusionSerializer(serializers.ModelSerializer):
             "reason",
             "declared_by",
             "declared_at",
+            "detected_by",
+            "closed",
         ]
-        read_only_fields = ["id", "declared_by", "declared_at"]
+        read_only_fields = ["id", "declared_by", "declared_at", "detected_by", "closed"]
 
 
 class ExclusionListView(generics.ListCreateAPIView):
@@ -195,7 +207,7 @@ class ExclusionListView(generics.ListCreateAPIView):
         return [IsAdminUser()] if self.request.method == "POST" else [IsAuthenticated()]
 
     def get_queryset(self):
-        exclusions = Exclusion.objects.select_related("contract", "declared_by")
+        exclusions = Exclusion.objects.select_related("contract", "declared_by", "detected_by")
         return scoped(exclusions, principal_of(self.request), "contract__tenant")
 
     def create(self, request: Request, *args: object, **kwargs: object) -> Response:
@@ -257,3 +269,86 @@ class AlertListView(generics.ListAPIView):
             SlaAlert.objects.select_related("contract"), principal_of(self.request), "contract__tenant"
         )
         return AlertFilter.narrow(alerts, self.request)
+
+
+class DependencyBodySerializer(serializers.Serializer):
+    name = IdentifierField(max_length=200)
+    health_url = serializers.URLField(max_length=2000, help_text="GET every minute; 2xx or 3xx is healthy.")
+
+
+class DependencySerializer(serializers.Serializer):
+    contract = serializers.CharField(source="dependency.contract.code")
+    name = serializers.CharField(source="dependency.name")
+    health_url = serializers.CharField(source="dependency.health_url")
+    state = serializers.ChoiceField(choices=["unknown", "healthy", "failing", "outage"])
+    last_checked_at = serializers.DateTimeField(source="last_check.checked_at", allow_null=True)
+    last_status_code = serializers.IntegerField(source="last_check.status_code", allow_null=True)
+    last_error = serializers.CharField(source="last_check.error", allow_null=True)
+    failing_since = serializers.DateTimeField(allow_null=True)
+    open_exclusion = serializers.IntegerField(source="open_outage.pk", allow_null=True)
+
+
+def _dependencies_of(request: Request) -> list[DependencyStatus]:
+    watched = CustomerDependency.objects.all()
+    return dependency_statuses(scoped(watched, principal_of(request), "contract__tenant"))
+
+
+class DependencyListView(generics.GenericAPIView):
+    """The caller's tenants' watched dependencies and their state; their outages are exclusions
+    (`/v1/sla/exclusions`, `detected_by`)."""
+
+    permission_classes = [IsAuthenticated]
+    serializer_class = DependencySerializer
+
+    @extend_schema(responses={200: DependencySerializer(many=True)})
+    def get(self, request: Request) -> Response:
+        return Response(DependencySerializer(_dependencies_of(request), many=True).data)
+
+
+class DependencyView(generics.GenericAPIView):
+    """PUT (staff): watch a contract's dependency at a health URL (the same PUT again changes nothing)."""
+
+    permission_classes = [IsAdminUser]
+    serializer_class = DependencySerializer
+
+    @extend_schema(request=DependencyBodySerializer, responses={200: DependencySerializer})
+    def put(self, request: Request, code: str) -> Response | HttpResponse:
+        body = DependencyBodySerializer(data=request.data)
+        body.is_valid(raise_exception=True)
+        contract = Contract.objects.filter(code=code).first()
+        if contract is None:
+            return error_response(404, "unknown_contract", f"No contract {code!r}.")
+        dependency = set_dependency(contract, body.validated_data["name"], body.validated_data["health_url"])
+        [found] = dependency_statuses(CustomerDependency.objects.filter(pk=dependency.pk))
+        return Response(DependencySerializer(found).data)
+
+
+class AppealBodySerializer(serializers.Serializer):
+    reason = serializers.CharField(max_length=5000, help_text="Why the exclusion is wrong.")
+
+
+class AppealSerializer(serializers.ModelSerializer):
+    exclusion = serializers.IntegerField(source="exclusion_id")
+
+    class Meta:
+        model = ExclusionAppeal
+        fields = ["id", "exclusion", "reason", "status", "opened_at", "evidence"]
+
+
+class ExclusionAppealView(generics.GenericAPIView):
+    """POST (owner or billing member): contest an exclusion of one of the caller's contracts; the window's
+    evidence (its raw batch hashes, the digest of its logged records, the watch's checks) is attached.
+    Retry: a second appeal while one is open answers 409 appeal_open."""
+
+    serializer_class = AppealSerializer
+    write_roles = WRITE_BILLING
+
+    @extend_schema(request=AppealBodySerializer, responses={201: AppealSerializer})
+    def post(self, request: Request, pk: int) -> Response | HttpResponse:
+        principal = principal_of(request)
+        if principal.is_staff:
+            return error_response(403, "customers_only", "An appeal is the customer's; staff answer it.")
+        body = AppealBodySerializer(data=request.data)
+        body.is_valid(raise_exception=True)
+        appeal = appeal_exclusion(request.user, principal, pk, body.validated_data["reason"])  # type: ignore[arg-type]
+        return Response(AppealSerializer(appeal).data, status=status.HTTP_201_CREATED)

@@ -171,8 +171,26 @@ class Exclusion(models.Model):
     starts_at = models.DateTimeField()
     ends_at = models.DateTimeField(help_text="Exclusive.")
     reason = models.TextField()
-    declared_by = models.ForeignKey(settings.AUTH_USER_MODEL, on_delete=models.PROTECT, related_name="+")
+    declared_by = models.ForeignKey(
+        settings.AUTH_USER_MODEL,
+        on_delete=models.PROTECT,
+        related_name="+",
+        null=True,
+        blank=True,
+        help_text="Empty: opened by the dependency watch (`detected_by`), not by a person.",
+    )
     declared_at = models.DateTimeField(auto_now_add=True)
+    detected_by = models.ForeignKey(
+        "CustomerDependency",
+        on_delete=models.PROTECT,
+        related_name="outages",
+        null=True,
+        blank=True,
+        help_text="The watched dependency whose outage opened it (it ends when that recovers).",
+    )
+    closed = models.BooleanField(
+        default=True, help_text="False while a detected outage goes on: each failed check extends its window."
+    )
 
     class Meta:
         ordering = ["contract", "starts_at"]
@@ -343,3 +361,65 @@ class AlertEvent(models.Model):
 
     def __str__(self) -> str:
         return f"{self.alert} {self.kind}"
+
+
+class CustomerDependency(models.Model):
+    """A system of the customer's that the contract's requests depend on (e.g. a hospital's HIS), watched
+    by a health URL every minute (`sla.dependencies`). Five consecutive minutes of failure open a
+    `customer_dependency` exclusion; the first healthy answer closes it."""
+
+    contract = models.OneToOneField(Contract, on_delete=models.CASCADE, related_name="dependency")
+    name = models.CharField(max_length=200)
+    health_url = models.URLField(max_length=2000, help_text="GET; healthy if it answers 2xx or 3xx in time.")
+    created_at = models.DateTimeField(auto_now_add=True)
+
+    def __str__(self) -> str:
+        return f"{self.contract.code} {self.name}"
+
+
+class DependencyCheck(models.Model):
+    """One probe of a customer dependency: when, whether it was healthy, and what it answered."""
+
+    dependency = models.ForeignKey(CustomerDependency, on_delete=models.CASCADE, related_name="checks")
+    checked_at = models.DateTimeField()
+    healthy = models.BooleanField()
+    status_code = models.PositiveSmallIntegerField(null=True, blank=True)
+    error = models.CharField(max_length=500, blank=True)
+    duration_ms = models.PositiveIntegerField(default=0)
+
+    class Meta:
+        ordering = ["dependency", "checked_at", "id"]
+        indexes = [models.Index(fields=["dependency", "checked_at"], name="sla_depcheck_dep_at")]
+
+    def __str__(self) -> str:
+        return f"{self.dependency} {self.checked_at:%Y-%m-%d %H:%M} {'ok' if self.healthy else 'failed'}"
+
+
+class ExclusionAppeal(models.Model):
+    """A customer contests an exclusion (an outage its dependency watch detected, or one staff declared):
+    the evidence is packaged when it is opened, from the log and the watch's checks of the window."""
+
+    class Status(models.TextChoices):
+        OPEN = "open", "Open"
+        UPHELD = "upheld", "Upheld (the exclusion stands)"
+        WITHDRAWN = "withdrawn", "Withdrawn (the exclusion was removed)"
+
+    exclusion = models.ForeignKey(Exclusion, on_delete=models.PROTECT, related_name="appeals")
+    reason = models.TextField()
+    evidence = models.JSONField(help_text="The window's raw batch hashes, its records' digest, the checks.")
+    status = models.CharField(max_length=16, choices=Status.choices, default=Status.OPEN)
+    opened_by = models.ForeignKey(settings.AUTH_USER_MODEL, on_delete=models.PROTECT, related_name="+")
+    opened_at = models.DateTimeField(auto_now_add=True)
+
+    class Meta:
+        ordering = ["-opened_at", "-id"]
+        constraints = [
+            models.UniqueConstraint(
+                fields=["exclusion"],
+                condition=models.Q(status="open"),
+                name="sla_one_open_appeal_per_exclusion",
+            ),
+        ]
+
+    def __str__(self) -> str:
+        return f"appeal of exclusion {self.exclusion_id} ({self.status})"

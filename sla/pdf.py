@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from html import escape
 from io import BytesIO
+from typing import Any
 
 from reportlab.graphics.charts.barcharts import VerticalBarChart
 from reportlab.graphics.charts.legends import Legend
@@ -51,6 +52,7 @@ LABELS = {
         "exclusions": "Exclusions",
         "none": "None.",
         "declared_by": "declared by",
+        "detected_by": "detected by the watch of",
         "total_credit": "Service credit: {credit} % of the month's fee",
         "provenance": "Data as of {watermark}; ledger checkpoint {checkpoint}.",
         "pending": "not yet available",
@@ -80,6 +82,7 @@ LABELS = {
         "exclusions": "排除项",
         "none": "无。",
         "declared_by": "声明人",
+        "detected_by": "依赖监测自动发现：",
         "total_credit": "服务赔付：当月费用的 {credit} %",
         "provenance": "数据截至 {watermark}；账本检查点 {checkpoint}。",
         "pending": "暂不可用",
@@ -217,7 +220,7 @@ def render_report_pdf(report: SlaReport, language: str) -> bytes:
         story += [
             Paragraph(
                 f"{x['kind']} ({x['scope']}): {x['starts_at']} – {x['ends_at']}: {escape(x['reason'])} "
-                f"({text['declared_by']} {escape(x['declared_by'])})",
+                f"({_who(x, text)})",
                 body,
             )
             for x in report.exclusions
@@ -243,3 +246,10 @@ def render_report_pdf(report: SlaReport, language: str) -> bytes:
         rightMargin=15 * mm,
     ).build(story)
     return out.getvalue()
+
+
+def _who(exclusion: dict[str, Any], text: dict[str, str]) -> str:
+    """Who opened an exclusion: the person who declared it, or the dependency watch that detected it."""
+    if exclusion.get("detected_by"):
+        return f"{text['detected_by']} {escape(exclusion['detected_by'])}"
+    return f"{text['declared_by']} {escape(exclusion['declared_by'])}"

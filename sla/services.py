@@ -14,20 +14,30 @@ from django.contrib.auth.models import User
 from django.db import IntegrityError, transaction
 from django.utils import timezone
 
+from accounts.access import Principal, scoped
+from common.errors import ApiError
 from common.money import round_money
 from common.periods import month_bounds
 from contracts.models import Contract
 from ingest.outbox import store_pending
 
 from .fees import period_fee
-from .models import Exclusion, Objective, ServiceCredit, SlaPolicy, SlaReport
+from .models import Exclusion, ExclusionAppeal, Objective, ServiceCredit, SlaPolicy, SlaReport
 from .provenance import covering_checkpoint
-from .selectors import Measurement, ObjectiveCounts, exclusions_overlapping, measure
+from .selectors import Measurement, ObjectiveCounts, exclusions_overlapping, measure, outage_evidence
 from .terms import credit_percent, policy_for, ratio_percent
 
 # Agents buffer and retry, so records arrive a little late: a month's report becomes final this long
 # after the month ends (before that it stays provisional and is recomputed).
 SETTLE = timedelta(hours=1)
+
+
+class AppealError(ApiError):
+    """An appeal that cannot be opened: its HTTP status, a stable code and a message."""
+
+    def __init__(self, http_status: int, code: str, message: str) -> None:
+        super().__init__(code, message)
+        self.http_status = http_status
 
 
 class SlaError(ValueError):
@@ -135,7 +145,8 @@ def _exclusion_snapshot(exclusions: list[Exclusion]) -> list[dict[str, Any]]:
             "starts_at": x.starts_at.isoformat(),
             "ends_at": x.ends_at.isoformat(),
             "reason": x.reason,
-            "declared_by": x.declared_by.get_username(),
+            "declared_by": x.declared_by.get_username() if x.declared_by else "",
+            "detected_by": x.detected_by.name if x.detected_by else "",
             "declared_at": x.declared_at.isoformat(),
         }
         for x in exclusions
@@ -289,3 +300,24 @@ def declare_exclusion(
     exclusion.full_clean()
     exclusion.save()
     return exclusion, True
+
+
+def appeal_exclusion(user: User, principal: Principal, exclusion_id: int, reason: str) -> ExclusionAppeal:
+    """A customer contests one of its contract's exclusions; the window's evidence is attached at once
+    (`selectors.outage_evidence`). Retry: an exclusion has at most one open appeal; appealing again
+    answers 409 appeal_open."""
+    exclusions = Exclusion.objects.select_related("contract__tenant", "detected_by").filter(pk=exclusion_id)
+    exclusion = scoped(exclusions, principal, "contract__tenant").first()
+    if exclusion is None:
+        raise AppealError(404, "unknown_exclusion", f"No exclusion {exclusion_id}.")
+    if not reason.strip():
+        raise AppealError(400, "invalid_request", "Say why the exclusion is wrong.")
+    try:
+        with transaction.atomic():
+            return ExclusionAppeal.objects.create(
+                exclusion=exclusion, reason=reason, evidence=outage_evidence(exclusion), opened_by=user
+            )
+    except IntegrityError:
+        raise AppealError(
+            409, "appeal_open", f"Exclusion {exclusion_id} already has an open appeal."
+        ) from None

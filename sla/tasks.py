@@ -1,4 +1,5 @@
-"""Celery jobs: close SLA months into reports and credits, and evaluate burn-rate alerts."""
+"""Celery jobs: close SLA months into reports and credits, evaluate burn-rate alerts, and watch the
+customers' dependencies."""
 
 from __future__ import annotations
 
@@ -12,8 +13,9 @@ from common.periods import month_bounds, month_of, previous_month
 from contracts.models import Contract
 
 from .alerts import evaluate_policy_burn_rates
+from .dependencies import watch
 from .health import evaluate_health
-from .models import SlaPolicy
+from .models import CustomerDependency, SlaPolicy
 from .services import SETTLE, close_period
 from .terms import policy_for
 
@@ -71,3 +73,26 @@ def evaluate_burn_rates_task(now_iso: str | None = None) -> int:
         open_alerts += sum(evaluate_policy_burn_rates(policy, contracts, now=now).values())
         open_alerts += sum(evaluate_health(contracts, now=now).values())
     return open_alerts
+
+
+@shared_task(name="sla.watch_dependency")
+def watch_dependency_task(dependency_id: int, now_iso: str) -> str:
+    """Probe one customer dependency at `now_iso` and apply the outage rule: 'healthy' or 'failed'."""
+    dependency = CustomerDependency.objects.select_related("contract__tenant").get(pk=dependency_id)
+    exclusion = watch(dependency, datetime.fromisoformat(now_iso))
+    latest = dependency.checks.order_by("-checked_at", "-id").first()
+    state = "healthy" if latest is not None and latest.healthy else "failed"
+    return state if exclusion is None else f"{state} (exclusion {exclusion.pk})"
+
+
+@shared_task(name="sla.watch_dependencies")
+def watch_dependencies_task(now_iso: str | None = None) -> int:
+    """Beat job (every minute): one probe task per dependency of a served contract, all for the same
+    instant, so a slow dependency delays no other. Returns how many were queued."""
+    now = now_iso or timezone.now().isoformat()
+    dependencies = CustomerDependency.objects.filter(contract__status=Contract.Status.ACTIVE).order_by("pk")
+    queued = 0
+    for pk in dependencies.values_list("pk", flat=True):
+        watch_dependency_task.delay(pk, now)
+        queued += 1
+    return queued

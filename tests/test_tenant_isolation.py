@@ -126,6 +126,14 @@ FILLERS: dict[str, Fill] = {
     "sla-report-pdf": Fill(lambda d: {"pk": d.sla_report.pk}),
     "sla-report-page": Fill(lambda d: {"pk": d.sla_report.pk}),
     "sla-exclusion-list": Fill(),
+    "sla-dependency-list": Fill(),
+    "sla-exclusion-appeal": Fill(
+        lambda d: {"pk": d.outage.pk}, body=lambda d: {"reason": f"{d.label} appeals"}
+    ),
+    "sla-dependency": Fill(
+        lambda d: {"code": d.contract.code},
+        body=lambda d: {"name": f"{d.label} HIS", "health_url": f"http://127.0.0.1:9/{d.label}/health"},
+    ),
     "sla-alert-list": Fill(),
     "sla-credit-list": Fill(),
     # finance (platform staff only)
@@ -164,6 +172,7 @@ FILLERS: dict[str, Fill] = {
     "portal-sla-reports": Fill(),
     "portal-sla-report": Fill(lambda d: {"pk": d.sla_report.pk}),
     "portal-sla-report-pdf": Fill(lambda d: {"pk": d.sla_report.pk}),
+    "portal-outage-appeal": Fill(lambda d: {"pk": d.outage.pk}),
     "portal-keys": Fill(),
     "portal-key-revoke": Fill(lambda d: {"prefix": d.api_key.prefix}),
     "portal-webhooks": Fill(),

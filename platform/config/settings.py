@@ -173,6 +173,8 @@ CELERY_BEAT_SCHEDULE = {
     # SLA: burn-rate alerts every minute; close the previous SLA month (reports, credits) hourly.
     "sla-burn-rates": {"task": "sla.evaluate_burn_rates", "schedule": 60.0},
     "sla-close-periods": {"task": "sla.close_due_periods", "schedule": 3600.0},
+    # Customers' dependencies (sla.dependencies): a probe a minute; 5 minutes of failure pause billing.
+    "sla-watch-dependencies": {"task": "sla.watch_dependencies", "schedule": 60.0},
     "idempotency-purge": {"task": "idempotency.purge_expired", "schedule": 3600.0},
     # quota.exhausted webhook events for contracts' included quantities.
     "contracts-quota-watch": {"task": "contracts.publish_exhausted_quotas", "schedule": 300.0},

@@ -196,6 +196,11 @@ WRITERS = [
         {"url": "webhooks.WebhookEndpoint.url"},
     ),
     Writer(
+        "put", "/v1/sla/dependencies/{contract}", "staff",
+        lambda w: {"name": "HIS", "health_url": "https://his.limits.test/health"},
+        {"name": "sla.CustomerDependency.name", "health_url": "sla.CustomerDependency.health_url"},
+    ),
+    Writer(
         "post", protocol.LEASES_PATH, "agent",
         lambda w: {
             "key_hash": w.key_hash, "period": period_of(timezone.now()), "tokens": 10, "min_tokens": 1,
@@ -265,6 +270,7 @@ NOT_FROM_REST = {
     "sla.ServiceCredit.currency": "computed",
     "sla.ServiceCredit.description": "computed",
     "sla.ServiceCredit.held_reason": "computed",
+    "sla.DependencyCheck.error": "computed: what the dependency watch's probe met",
     "sla.SlaAlert.rule": "computed",
     "sla.SlaAlert.subject": "computed",
     "entitlements.ApiKey.prefix": "made by the platform",

@@ -32,7 +32,15 @@ from entitlements.models import ApiKey
 from entitlements.services import issue_api_key
 from ledger.models import Checkpoint
 from ledger.services import publish_checkpoint
-from sla.models import CreditStep, Objective, SlaPolicy, SlaReport
+from sla.models import (
+    CreditStep,
+    CustomerDependency,
+    DependencyCheck,
+    Exclusion,
+    Objective,
+    SlaPolicy,
+    SlaReport,
+)
 from sla.services import compute_report
 from tests.factories import SigningAgent, signing_agent
 from webhooks.models import WebhookDelivery, WebhookDeliveryAttempt, WebhookEndpoint, WebhookEvent
@@ -63,6 +71,8 @@ class TenantData:
     event: WebhookEvent
     delivery: WebhookDelivery
     sla_report: SlaReport
+    dependency: CustomerDependency
+    outage: Exclusion
     users: dict[str, User] = field(default_factory=dict)  # role → a signed-in member in that role
     tokens: dict[str, str] = field(default_factory=dict)  # role → API token secret
     token_rows: dict[str, ApiToken] = field(default_factory=dict)
@@ -80,6 +90,8 @@ class TenantData:
             self.webhook.url,
             self.webhook.secret,
             self.event.event_id,
+            self.dependency.name,
+            self.dependency.health_url,
             *self.record_ids,
             *(token.prefix for token in self.token_rows.values()),
             *(user.username for user in self.users.values()),
@@ -139,6 +151,7 @@ def build_tenant(label: str, *, records: int = RECORDS) -> TenantData:
     outcome = declare_outcome(contract, f"{label}-outcome-1", "resolved_ticket", Decimal("1"), timezone.now())
     key = issue_api_key(contract_code=contract.code, sla_class="standard", name=f"{label} key")
     webhook, event, delivery = _webhook(tenant, label)
+    dependency, outage = _dependency(contract, label)
     report = compute_report(contract, MONTH, now=datetime(2026, 12, 2, tzinfo=UTC))
 
     return TenantData(
@@ -160,10 +173,33 @@ def build_tenant(label: str, *, records: int = RECORDS) -> TenantData:
         event=event,
         delivery=delivery,
         sla_report=report,
+        dependency=dependency,
+        outage=outage,
         users=users,
         tokens={role: token.secret for role, token in issued.items()},
         token_rows={role: token.token for role, token in issued.items()},
     )
+
+
+def _dependency(contract: Contract, label: str) -> tuple[CustomerDependency, Exclusion]:
+    """A watched dependency (on a closed loopback port) with one failed check and one outage it opened,
+    on a day without records."""
+    dependency = CustomerDependency.objects.create(
+        contract=contract, name=f"{label} HIS", health_url=f"http://127.0.0.1:9/{label}/health"
+    )
+    began = datetime(2026, 11, 20, 10, 1, tzinfo=UTC)
+    DependencyCheck.objects.create(
+        dependency=dependency, checked_at=began, healthy=False, error=f"ConnectError: {label} refused"
+    )
+    outage = Exclusion.objects.create(
+        contract=contract,
+        kind=Exclusion.Kind.CUSTOMER_DEPENDENCY,
+        starts_at=began,
+        ends_at=began + timedelta(minutes=8),
+        reason=f"{label} HIS failed every check (detected automatically)",
+        detected_by=dependency,
+    )
+    return dependency, outage
 
 
 def _member(tenant: Tenant, username: str, role: str) -> User:
