@@ -225,3 +225,26 @@ def test_a_member_follows_a_line_to_a_record_and_verifies_its_inclusion(page: Pa
     expect(steps.locator("li.ok")).to_have_count(5)  # path, checkpoint, key, signature, and the summary
     expect(steps).to_contain_text("Verified in your browser: this record is in the signed log.")
     shots("record verified in the browser")
+
+
+def test_a_billing_member_sees_a_dependency_outage_and_appeals_it(page: Page, shots: Shots) -> None:
+    alpha = build_tenant("alpha")
+    outage = alpha.outage
+    sign_in(page, alpha.users[Role.BILLING].username, PASSWORD)
+    page.get_by_test_id("nav-sla").click()
+    state = page.get_by_test_id(f"dependency-state-{alpha.dependency.pk}")
+    expect(state).to_have_text("Failing")  # its last check failed; the outage before it is closed
+    expect(page.get_by_test_id(f"outage-row-{outage.pk}")).to_contain_text("2026-11-20 10:01 UTC")
+    shots("dependencies and outages")
+
+    page.get_by_test_id(f"outage-appeal-reason-{outage.pk}").fill("Our HIS answered; the probe used port 9.")
+    page.get_by_test_id(f"outage-appeal-submit-{outage.pk}").click()
+
+    expect(page.get_by_test_id(f"outage-appeal-{outage.pk}")).to_contain_text("open")
+    shots("appeal opened")
+    [appeal] = outage.appeals.all()
+    assert (appeal.reason, appeal.opened_by) == (
+        "Our HIS answered; the probe used port 9.",
+        alpha.users[Role.BILLING],
+    )
+    assert [c["error"] for c in appeal.evidence["checks"]] == ["ConnectError: alpha refused"]
