@@ -3,7 +3,10 @@ from django.contrib import admin
 from .models import (
     AlertEvent,
     CreditStep,
+    CustomerDependency,
+    DependencyCheck,
     Exclusion,
+    ExclusionAppeal,
     Objective,
     ServiceCredit,
     SlaAlert,
@@ -37,8 +40,8 @@ class ObjectiveAdmin(admin.ModelAdmin):
 
 @admin.register(Exclusion)
 class ExclusionAdmin(admin.ModelAdmin):
-    list_display = ["contract", "kind", "scope", "starts_at", "ends_at", "declared_by", "declared_at"]
-    list_filter = ["kind"]
+    list_display = ["contract", "kind", "scope", "starts_at", "ends_at", "declared_by", "detected_by"]
+    list_filter = ["kind", "closed"]
 
     def save_model(self, request, obj, form, change):
         if not change:
@@ -46,7 +49,33 @@ class ExclusionAdmin(admin.ModelAdmin):
         super().save_model(request, obj, form, change)
 
     def get_exclude(self, request, obj=None):
-        return ["declared_by"]
+        return ["declared_by", "detected_by", "closed"]
+
+
+class DependencyCheckInline(admin.TabularInline):
+    model = DependencyCheck
+    extra = 0
+    ordering = ["-checked_at"]
+    readonly_fields = ["checked_at", "healthy", "status_code", "error", "duration_ms"]
+    can_delete = False
+    max_num = 0
+
+
+@admin.register(CustomerDependency)
+class CustomerDependencyAdmin(admin.ModelAdmin):
+    """What the dependency watch probes (sla.dependencies); its latest checks below."""
+
+    list_display = ["contract", "name", "health_url", "created_at"]
+    inlines = [DependencyCheckInline]
+
+
+@admin.register(ExclusionAppeal)
+class ExclusionAppealAdmin(admin.ModelAdmin):
+    """Customers' appeals of exclusions: staff read the evidence and set the status."""
+
+    list_display = ["exclusion", "status", "opened_by", "opened_at"]
+    list_filter = ["status"]
+    readonly_fields = ["exclusion", "reason", "evidence", "opened_by", "opened_at"]
 
 
 @admin.register(SlaReport)

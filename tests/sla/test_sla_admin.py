@@ -20,7 +20,16 @@ def test_admin_lists_render_and_declaring_an_exclusion_names_the_user(django_use
     client.force_login(admin)
     contract = ContractFactory.create()
     make_policy(contract)
-    for model in ("slapolicy", "objective", "exclusion", "slareport", "servicecredit", "slaalert"):
+    for model in (
+        "slapolicy",
+        "objective",
+        "exclusion",
+        "slareport",
+        "servicecredit",
+        "slaalert",
+        "customerdependency",
+        "exclusionappeal",
+    ):
         assert client.get(f"/admin/sla/{model}/").status_code == 200, model
 
     response = client.post(
