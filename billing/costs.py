@@ -30,10 +30,17 @@ from django.utils import timezone
 
 from agents.models import Agent
 from catalog.models import ComputePackage, HostCostProfile
-from clickhouse_store.queries.billing import LayerTimes, busy_l3_us, layer_times, subtree_shares
-from common.money import round_money
+from clickhouse_store.queries.billing import (
+    LayerTimes,
+    busy_l3_us,
+    expert_shares,
+    layer_times,
+    subtree_shares,
+)
+from common.money import MINOR_UNITS, round_money
 from scheduling.selectors import Loan, loans
 
+from .cost_split import Rates, allocate
 from .models import Invoice, Note
 
 ZERO = Decimal(0)
@@ -67,6 +74,11 @@ class CostRow:
         if not self.revenue or self.unpriced_requests:
             return None
         return ((self.revenue - self.cost) / self.revenue).quantize(Decimal("1E-4"))
+
+
+def rates_of(profile: HostCostProfile) -> Rates:
+    """A host class's cost per hour of each layer's time."""
+    return Rates(profile.depreciation_per_hour + profile.power_per_hour, profile.operations_per_hour)
 
 
 def record_cost(profile: HostCostProfile, l3_us: int, l1_l2_us: int) -> Decimal:
@@ -211,3 +223,77 @@ def suggested_base_fee(
     if not contracts:
         return ZERO
     return round_money(total / len(contracts) * package.margin_factor, currency)
+
+
+UNATTRIBUTED = "unattributed"  # the expert split's row for the L2 and L3 cost of requests without experts
+
+
+@dataclass(frozen=True)
+class SplitRow:
+    """One part of a period's cost: a layer (`L1` routing, `L2` expert cache, `L3` experts), an expert
+    (`<model> layer <l> expert <e>`) or `unattributed`, and how many requests it served (None for the
+    unattributed part: the requests without experts are not counted)."""
+
+    key: str
+    requests: int | None
+    cost: Decimal
+
+
+@dataclass(frozen=True)
+class PeriodCostSplit:
+    """A period's cost of successful requests on priced hosts (without loans), split by layer and by
+    expert with `cost_split`'s rules, each split adding up to `total` (rounded to the currency's minor
+    unit) exactly; the L2 and L3 cost of requests without experts is its own row of the expert split."""
+
+    currency: str
+    total: Decimal
+    requests: int
+    unpriced_requests: int
+    by_layer: list[SplitRow]
+    by_expert: list[SplitRow]
+
+
+def period_cost_split(start: datetime, end: datetime) -> PeriodCostSplit | None:
+    """[start, end)'s cost split by layer and by expert; None while the cost profiles use several
+    currencies (or none exist). Two ClickHouse queries (layer times and expert shares per agent)."""
+    currency = cost_currency()
+    if currency is None:
+        return None
+    host_of = dict(Agent.objects.values_list("agent_id", "host_class"))
+    profiles = {p.host_class: rates_of(p) for p in HostCostProfile.objects.all()}
+    rates = {agent: profiles[host] for agent, host in host_of.items() if host in profiles}
+    layers = dict.fromkeys(("L1", "L2", "L3"), ZERO)
+    requests = unpriced = 0
+    for row in layer_times(start, end):
+        rate = rates.get(row.agent_id)
+        if rate is None:
+            unpriced += row.requests
+            continue
+        requests += row.requests
+        layers["L1"] += row.l1_us * rate.per_us("L1")
+        layers["L2"] += (row.l1_l2_us - row.l1_us) * rate.per_us("L2")
+        layers["L3"] += row.l3_us * rate.per_us("L3")
+    experts: dict[str, Decimal] = defaultdict(Decimal)
+    used: dict[str, int] = defaultdict(int)
+    for share in expert_shares(start, end):
+        rate = rates.get(share.agent_id)
+        if rate is None:
+            continue
+        key = f"{share.model_id} layer {share.layer} expert {share.expert}"
+        experts[key] += share.l3_us * rate.per_us("L3") + share.l2_us * rate.per_us("L2")
+        used[key] += share.requests
+    unit = Decimal(1).scaleb(-MINOR_UNITS[currency])
+    total = round_money(sum(layers.values(), ZERO), currency)
+    by_layer = allocate(total, list(layers.values()), unit)
+    keys = sorted(experts)
+    without = layers["L2"] + layers["L3"] - sum(experts.values(), ZERO)
+    by_expert = allocate(by_layer[1] + by_layer[2], [*(experts[k] for k in keys), max(without, ZERO)], unit)
+    return PeriodCostSplit(
+        currency,
+        total,
+        requests,
+        unpriced,
+        [SplitRow(layer, requests, cost) for layer, cost in zip(layers, by_layer, strict=True)],
+        [SplitRow(k, used[k], cost) for k, cost in zip(keys, by_expert, strict=False)]
+        + [SplitRow(UNATTRIBUTED, None, by_expert[-1])],
+    )

@@ -114,6 +114,26 @@ def costs(start: datetime, end: datetime, by: str) -> Table:
     return Table("finance-costs", columns, selectors.cost_rows(start, end, by))
 
 
+SPLIT_PARTS = {
+    "L1": pgettext_lazy("finance", "L1 routing"),
+    "L2": pgettext_lazy("finance", "L2 expert cache"),
+    "L3": pgettext_lazy("finance", "L3 experts"),
+    "unattributed": pgettext_lazy("finance", "Requests without experts (their L2 and L3)"),
+    "total": pgettext_lazy("finance", "Total"),
+}
+SPLIT_LABELS = {"layer": pgettext_lazy("finance", "Layer"), "expert": pgettext_lazy("finance", "Expert")}
+
+
+def cost_split(start: datetime, end: datetime, by: str) -> Table:
+    columns = (
+        Column("part", SPLIT_LABELS[by], labels=SPLIT_PARTS),
+        Column("requests", pgettext_lazy("finance", "Requests"), "integer"),
+        money("cost", pgettext_lazy("finance", "Cost")),
+        CURRENCY,
+    )
+    return Table("finance-cost-split", columns, selectors.cost_split_rows(start, end, by))
+
+
 def disputes(status: str, now: datetime) -> Table:
     columns = (
         Column("id", pgettext_lazy("finance", "Dispute"), "integer"),

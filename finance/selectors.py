@@ -16,7 +16,7 @@ from typing import Any
 from django.db.models import Case, Count, F, IntegerField, Q, QuerySet, Sum, Value, When
 from django.db.models.functions import TruncMonth
 
-from billing.costs import cost_currency, cost_report, net_revenue_by, revenue_invoices
+from billing.costs import cost_currency, cost_report, net_revenue_by, period_cost_split, revenue_invoices
 from billing.models import Dispute, Invoice, Note
 from common.money import round_money
 from contracts.models import Contract
@@ -25,6 +25,7 @@ ZERO = Decimal("0.00")
 # Group keys of the revenue report and the invoice fields behind them (`invoice__…` from a note).
 REVENUE_GROUPS = {"month": "period_start", "package": "contract__package__code", "tenant": "tenant__code"}
 COST_GROUPS = ("package", "tenant")
+SPLIT_GROUPS = ("layer", "expert")
 
 
 @dataclass(frozen=True)
@@ -248,4 +249,18 @@ def dispute_rows(status: str, now: datetime) -> list[dict[str, Any]]:
     return [
         {**row, "age_days": (now - row["opened_at"]).days, "credit_note": row["credit_note_number"] or ""}
         for row in found
+    ]
+
+
+def cost_split_rows(start: datetime, end: datetime, by: str) -> list[dict[str, Any]]:
+    """The period's cost split by layer or by expert (billing.costs.period_cost_split), each row with
+    its requests, cost and the cost's currency; no rows while the cost profiles use several currencies."""
+    split = period_cost_split(start, end)
+    if split is None:
+        return []
+    rows = split.by_layer if by == "layer" else split.by_expert
+    total = {"part": "total", "requests": split.requests, "cost": split.total, "currency": split.currency}
+    return [
+        *({"part": r.key, "requests": r.requests, "cost": r.cost, "currency": split.currency} for r in rows),
+        total,
     ]

@@ -25,7 +25,7 @@ from ledger.selectors import LedgerLookupError
 from . import exports, filters, reports, scheduler
 from .access import staff_required
 from .reconciliation import ReconciliationFilter, unexplained
-from .selectors import COST_GROUPS, REVENUE_GROUPS, InvoiceFilter
+from .selectors import COST_GROUPS, REVENUE_GROUPS, SPLIT_GROUPS, InvoiceFilter
 from .tables import Table
 
 
@@ -78,6 +78,13 @@ def _costs(query: QueryDict, now: datetime) -> Report:
     return Report(table, {"period": month, "by": by, "group_labels": labels, "mixed_cost_currency": mixed})
 
 
+def _cost_split(query: QueryDict, now: datetime) -> Report:
+    month, (start, end) = _month_or_last(query, now)
+    by = filters.choice(query, "by", SPLIT_GROUPS) or "layer"
+    labels = list(reports.SPLIT_LABELS.items())
+    return Report(reports.cost_split(start, end, by), {"period": month, "by": by, "group_labels": labels})
+
+
 def _disputes(query: QueryDict, now: datetime) -> Report:
     status = filters.choice(query, "status", Dispute.Status.values)
     return Report(reports.disputes(status, now), {"status_labels": list(reports.DISPUTE_STATUS.items())})
@@ -109,6 +116,7 @@ REPORTS: dict[str, ReportPage] = {
     "invoices": ReportPage(_invoices, "finance/invoices.html", ("status", "tenant", "currency", "month")),
     "revenue": ReportPage(_revenue, "finance/revenue.html", ("by", "from", "to", "currency")),
     "costs": ReportPage(_costs, "finance/costs.html", ("month", "by")),
+    "cost-split": ReportPage(_cost_split, "finance/cost_split.html", ("month", "by")),
     "disputes": ReportPage(_disputes, "finance/disputes.html", ("status",)),
     "reconciliation": ReportPage(
         _reconciliation, "finance/reconciliation.html", ("month", "tenant", "contract")

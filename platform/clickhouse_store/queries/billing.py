@@ -372,11 +372,12 @@ class LayerTimes(NamedTuple):
     requests: int
     l3_us: int
     l1_l2_us: int
+    l1_us: int
 
 
 _COST_SQL = (
     "SELECT agent_id, tenant, contract, package, count(), sum(l3_latency_us), "  # noqa: S608
-    f"sum(l1_latency_us + l2_latency_us) FROM {query.RECORDS} "
+    f"sum(l1_latency_us + l2_latency_us), sum(l1_latency_us) FROM {query.RECORDS} "
     "WHERE status = 'ok' AND start_time >= {start:DateTime64(9, 'UTC')} "
     "AND start_time < {end:DateTime64(9, 'UTC')} AND ({package:String} = '' OR package = {package:String}) "
     "GROUP BY agent_id, tenant, contract, package"
@@ -387,7 +388,47 @@ def layer_times(start: datetime, end: datetime, package: str = "") -> list[Layer
     """The layer times of [start, end)'s successful records per (agent, tenant, contract, package), of
     one package ("": all); one query, the costs are applied per agent by the caller."""
     rows = query.select(_COST_SQL, {"start": start, "end": end, "package": package})
-    return [LayerTimes(a, t, c, p, int(n), int(l3), int(l1_l2)) for a, t, c, p, n, l3, l1_l2 in rows]
+    return [
+        LayerTimes(a, t, c, p, int(n), int(l3), int(l1_l2), int(l1)) for a, t, c, p, n, l3, l1_l2, l1 in rows
+    ]
+
+
+class ExpertShare(NamedTuple):
+    """One agent's successful records of [start, end) that used an expert (model, layer, expert): how
+    many, and the µs of their L3 and L2 time that are the expert's (`billing.cost_split`'s rule: L3 by
+    the expert's token share in its layer, each layer of a record weighing the same; L2 in equal shares
+    among the record's experts), exact."""
+
+    agent_id: str
+    model_id: str
+    layer: int
+    expert: int
+    requests: int
+    l3_us: Decimal
+    l2_us: Decimal
+
+
+# Per record and expert: its layer's tokens and the record's layers, from the record's own array.
+_EXPERT_SHARES_SQL = (
+    "SELECT agent_id, model_id, e.layer, e.expert, count(), "  # noqa: S608
+    "sum(toDecimal256(l3_latency_us, 18) * e.tokens "
+    "/ (arraySum(x -> if(x.layer = e.layer, toUInt64(x.tokens), 0), experts) "
+    "* length(arrayDistinct(arrayMap(x -> x.layer, experts))))), "
+    "sum(toDecimal256(l2_latency_us, 18) / length(experts)) "
+    f"FROM {query.RECORDS} ARRAY JOIN experts AS e "
+    "WHERE status = 'ok' AND start_time >= {start:DateTime64(9, 'UTC')} "
+    "AND start_time < {end:DateTime64(9, 'UTC')} "
+    "GROUP BY agent_id, model_id, e.layer, e.expert ORDER BY agent_id, model_id, e.layer, e.expert"
+)
+
+
+def expert_shares(start: datetime, end: datetime) -> list[ExpertShare]:
+    """Each agent's expert shares of [start, end)'s successful records' L3 and L2 time; one query."""
+    rows = query.select(_EXPERT_SHARES_SQL, {"start": start, "end": end})
+    return [
+        ExpertShare(a, m, int(layer), int(expert), int(n), Decimal(l3), Decimal(l2))
+        for a, m, layer, expert, n, l3, l2 in rows
+    ]
 
 
 # A loan of executors to a subtree (the scheduler's borrow and return): the L3 time the lent executors
