@@ -9,7 +9,7 @@ from django.utils import timezone
 from django.views.decorators.csrf import csrf_exempt
 from django.views.decorators.http import require_POST
 from drf_spectacular.types import OpenApiTypes
-from drf_spectacular.utils import OpenApiParameter, extend_schema, extend_schema_view
+from drf_spectacular.utils import OpenApiParameter, extend_schema, extend_schema_field, extend_schema_view
 from rest_framework import generics, serializers
 from rest_framework.exceptions import ValidationError
 from rest_framework.permissions import IsAdminUser
@@ -23,12 +23,14 @@ from common.filters import ListFilter, code_filter
 from common.periods import month_bounds
 from contracts.models import Contract
 from contracts.services import check_currency
+from pricing.dimensions import CHARGE_GROUP_NAMES
 from pricing.errors import BillingError
 
 from .models import Invoice, InvoiceLine, Note, Outcome
 from .outcomes import decide_outcome, declare_outcome
 from .pdf import render_invoice_pdf
 from .selectors import (
+    charge_groups,
     credit_balance,
     invoice_with_lines,
     visible_credit_notes,
@@ -45,10 +47,23 @@ class InvoiceLineSerializer(serializers.ModelSerializer):
         fields = ["kind", "dimension", "description", "quantity", "unit_price", "amount", "details"]
 
 
+class ChargeGroupSerializer(serializers.Serializer):
+    group = serializers.ChoiceField(choices=list(CHARGE_GROUP_NAMES), help_text="routing, experts, cache, …")
+    amount = serializers.DecimalField(max_digits=20, decimal_places=2)
+
+
 class InvoiceSerializer(serializers.ModelSerializer):
     contract = serializers.CharField(source="contract.code")
     tenant = serializers.CharField(source="tenant.code")
     lines = InvoiceLineSerializer(many=True)
+    charge_groups = serializers.SerializerMethodField(
+        help_text="The usage lines added up as routing fee, expert fee, cache compensation, … "
+        "(presentation only: the lines are what is priced)."
+    )
+
+    @extend_schema_field(ChargeGroupSerializer(many=True))
+    def get_charge_groups(self, invoice: Invoice) -> list[dict[str, Any]]:
+        return ChargeGroupSerializer(charge_groups(invoice), many=True).data
 
     class Meta:
         model = Invoice
@@ -70,12 +85,13 @@ class InvoiceSerializer(serializers.ModelSerializer):
             "credit_notes",
             "amount_due",
             "lines",
+            "charge_groups",
         ]
 
 
 class InvoiceSummarySerializer(InvoiceSerializer):
     class Meta(InvoiceSerializer.Meta):
-        fields = [f for f in InvoiceSerializer.Meta.fields if f != "lines"]
+        fields = [f for f in InvoiceSerializer.Meta.fields if f not in ("lines", "charge_groups")]
 
 
 class InvoiceFilter(ListFilter):

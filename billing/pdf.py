@@ -25,6 +25,7 @@ from pricing.errors import InvalidRequest
 
 from .exports import invoice_checkpoint
 from .models import Invoice, InvoiceLine, Note
+from .selectors import charge_groups
 
 TEXT = {
     "en": {
@@ -149,6 +150,47 @@ def _price_segment_zh(details: dict[str, Any]) -> str:
     if "rated" in details:
         return " 期间最低额" if details.get("bound") == "minimum" else " 期间最高额"
     return ""
+
+
+GROUP_TEXT = {
+    "en": {
+        "title": "Usage charges by kind",
+        "routing": "Routing fee",
+        "experts": "Expert fee",
+        "cache": "Cache compensation",
+        "outcomes": "Verified outcomes",
+        "other": "Other usage",
+    },
+    "zh-Hans": {
+        "title": "按用途汇总的用量费用",
+        "routing": "路由费",
+        "experts": "专家费",
+        "cache": "缓存补偿",
+        "outcomes": "已验证结果",
+        "other": "其他用量",
+    },
+}
+
+
+def _charge_groups(invoice: Invoice, language: str, font: str) -> list[Any]:
+    """The usage lines added up per charge group (billing.selectors.charge_groups), as on the page."""
+    groups = charge_groups(invoice)
+    if not groups:
+        return []
+    text = GROUP_TEXT[language]
+    rows = [[text[g.group], f"{g.amount:,}"] for g in groups]
+    table = Table(rows, colWidths=[60 * mm, 35 * mm])
+    table.setStyle(
+        TableStyle(
+            [
+                ("FONTNAME", (0, 0), (-1, -1), font),
+                ("FONTSIZE", (0, 0), (-1, -1), 9),
+                ("ALIGN", (1, 0), (1, -1), "RIGHT"),
+            ]
+        )
+    )
+    heading = ParagraphStyle("group", fontName=font, fontSize=10, leading=14)
+    return [Spacer(1, 4 * mm), Paragraph(f"{text['title']} ({invoice.currency})", heading), table]
 
 
 PAYMENT_TEXT = {
@@ -294,6 +336,7 @@ def render_invoice_pdf(invoice: Invoice, language: str = "en") -> bytes:
             *[Paragraph(fact, body) for fact in facts],
             Spacer(1, 6 * mm),
             table,
+            *_charge_groups(invoice, language, font),
             Spacer(1, 4 * mm),
             Paragraph(t["rounding"], body),
         ]

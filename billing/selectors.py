@@ -20,7 +20,13 @@ from django.db.models import QuerySet, Sum
 from accounts.access import Principal, scoped
 from clickhouse_store.queries.billing import RatedContract, UsageRow, usage_rows
 from ledger.models import Checkpoint
-from pricing.dimensions import AGGREGATED_DIMENSIONS, quantity_from_aggregate
+from pricing.dimensions import (
+    AGGREGATED_DIMENSIONS,
+    CHARGE_GROUP_NAMES,
+    CHARGE_GROUPS,
+    OTHER_USAGE,
+    quantity_from_aggregate,
+)
 from pricing.expressions import Metric, parse_metric
 
 from .exclusions import rating_exclusions
@@ -177,3 +183,23 @@ def latest_checkpoint() -> dict[str, Any] | None:
     if checkpoint is None:
         return None
     return {"size": checkpoint.size, "root_hash": base64.b64encode(bytes(checkpoint.root_hash)).decode()}
+
+
+@dataclass(frozen=True)
+class ChargeGroup:
+    """One group of an invoice's usage charges (`pricing.dimensions.CHARGE_GROUPS`) and its amount."""
+
+    group: str
+    amount: Decimal
+
+
+def charge_groups(invoice: Invoice) -> list[ChargeGroup]:
+    """The invoice's usage lines (late-usage adjustments included) added up per charge group, in
+    presentation order; groups without a line are left out. Every page, PDF and API answer of the
+    invoice shows these."""
+    totals: dict[str, Decimal] = {}
+    for line in invoice.lines.all():
+        if line.kind in ("usage", "adjustment"):
+            group = CHARGE_GROUPS.get(line.dimension, OTHER_USAGE)
+            totals[group] = totals.get(group, Decimal(0)) + line.amount
+    return [ChargeGroup(g, totals[g]) for g in CHARGE_GROUP_NAMES if g in totals]

@@ -14,8 +14,10 @@ from accounts.access import WRITE_BILLING, Principal
 from billing.checkout import start_invoice_checkout
 from billing.disputes import open_dispute
 from billing.models import SETTLED_DISPUTES, Dispute, Invoice, InvoiceLine
+from billing.selectors import charge_groups
 from common.errors import ApiError
 from ledger.selectors import LedgerLookupError
+from pricing.dimensions import CHARGE_GROUP_NAMES
 
 from .. import selectors
 from ..access import READ_WRITE, WRITE, portal_view
@@ -57,6 +59,7 @@ def invoice_detail(request: HttpRequest, principal: Principal, pk: int) -> HttpR
         "invoices",
         invoice=invoice,
         lines=[(line, shown.get(line.pk)) for line in invoice.lines.all()],
+        charge_groups=[(CHARGE_GROUP_NAMES[g.group], g) for g in charge_groups(invoice)],
         disputable=invoice.status in DISPUTABLE,
         can_dispute=principal.may_write(WRITE_BILLING),
         party_cards=[

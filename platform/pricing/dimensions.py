@@ -55,3 +55,32 @@ SCALE: dict[str, Decimal] = {Dimension.L3_SECONDS: Decimal(1_000_000)}
 
 def quantity_from_aggregate(dimension: str, raw: int) -> Decimal:
     return Decimal(raw) / SCALE.get(dimension, Decimal(1))
+
+
+# How an invoice presents a package's usage charges (seed 000: "routing fee 0.002, expert fee 0.015,
+# cache compensation 0.003"): each dimension's group, in presentation order. The lines are still priced
+# per dimension by the contract; a custom metric is "other usage".
+CHARGE_GROUPS: dict[str, str] = {
+    Dimension.REQUESTS: "routing",
+    Dimension.ROUTING_HOPS: "routing",
+    Dimension.TOKENS_IN: "experts",
+    Dimension.TOKENS_OUT: "experts",
+    Dimension.EXPERT_TOKENS: "experts",
+    Dimension.DISTINCT_EXPERTS: "experts",
+    Dimension.L3_SECONDS: "experts",
+    Dimension.CACHED_TOKENS: "cache",
+    Dimension.L2_MISSES: "cache",
+    Dimension.OUTCOMES: "outcomes",
+}
+OTHER_USAGE = "other"
+CHARGE_GROUP_NAMES: dict[str, Promise] = {
+    "routing": _("Routing fee"),
+    "experts": _("Expert fee"),
+    "cache": _("Cache compensation"),
+    "outcomes": _("Verified outcomes"),
+    OTHER_USAGE: _("Other usage"),
+}
+if set(CHARGE_GROUPS) != set(DIMENSION_CODES) or set(CHARGE_GROUPS.values()) | {OTHER_USAGE} != set(
+    CHARGE_GROUP_NAMES
+):
+    raise RuntimeError("every dimension has a charge group, and every group a name")
