@@ -63,7 +63,7 @@ class InvoiceSerializer(serializers.ModelSerializer):
 
     @extend_schema_field(ChargeGroupSerializer(many=True))
     def get_charge_groups(self, invoice: Invoice) -> list[dict[str, Any]]:
-        return ChargeGroupSerializer(charge_groups(invoice), many=True).data
+        return [{"group": g.group, "amount": str(g.amount)} for g in charge_groups(invoice)]
 
     class Meta:
         model = Invoice
