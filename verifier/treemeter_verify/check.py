@@ -576,7 +576,8 @@ def _check_completeness(batches: list[_Batch], reported: dict[str, list[list[int
 def _check_lines(
     invoice: dict[str, Any], prices: dict[str, Any], usage: list[int], records: int, report: Report
 ) -> None:
-    """Usage lines of built-in dimensions: quantity from the records; per_unit amounts to the cent. A
+    """Usage lines of built-in dimensions: quantity from the records; amounts to the cent under every
+    charge model (`rating.charge_amount`). A
     dimension whose price changed within the period has a line per version (`segment_start`) and maybe
     a period-bound line: their quantities together must be the records'; amounts are not re-rated."""
     currency = invoice["currency"]
@@ -621,15 +622,18 @@ def _check_lines(
         problems = [] if stated == measured else [f"quantity {stated} but the records give {measured}"]
         if terms is None:
             problems.append("the contract prices no such dimension")
-        elif terms["charge_model"] != "per_unit":
-            if not problems:
-                report.skip(
-                    check, f"quantity {measured} verified; {terms['charge_model']} charge not re-rated"
-                )
-                continue
+        elif terms["charge_model"] not in rating.CHARGE_MODELS:
+            problems.append(f"unknown charge model {terms['charge_model']!r}")
         else:
-            expected = rating.per_unit_amount(measured, terms, currency)
+            # A built-in dimension has no value field: only `outcomes` (not derived from records) does.
+            expected = rating.charge_amount(terms, measured, Decimal(0), currency)
             if amount != expected:
-                problems.append(f"amount {amount} {currency} but the contract terms give {expected}")
-        unit = terms["properties"].get("unit_price") if terms else None
-        report.add(check, problems, f"{measured} × {unit} = {amount} {currency}")
+                problems.append(
+                    f"amount {amount} {currency} but the contract terms give {expected} "
+                    f"(off by {amount - expected} {currency})"
+                )
+        if terms is not None and terms["charge_model"] != "per_unit":
+            report.add(check, problems, f"{measured} at {terms['charge_model']} = {amount} {currency}")
+        else:
+            unit = terms["properties"].get("unit_price") if terms else None
+            report.add(check, problems, f"{measured} × {unit} = {amount} {currency}")

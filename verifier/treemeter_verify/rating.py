@@ -6,7 +6,7 @@ round half up to the currency's minor unit.
 
 from __future__ import annotations
 
-from decimal import ROUND_HALF_UP, Decimal
+from decimal import ROUND_CEILING, ROUND_HALF_UP, Decimal
 from typing import Any
 
 MINOR_UNITS = {"CNY": 2, "USD": 2, "EUR": 2, "GBP": 2, "HKD": 2, "SGD": 2, "JPY": 0, "KRW": 0}
@@ -52,14 +52,70 @@ def round_money(value: Decimal, currency: str) -> Decimal:
     return value.quantize(Decimal(1).scaleb(-MINOR_UNITS[currency]), rounding=ROUND_HALF_UP)
 
 
-def per_unit_amount(quantity: Decimal, terms: dict[str, Any], currency: str) -> Decimal:
-    """The per_unit charge model: the included quota comes off, the rest at the unit price, then the
-    period minimum/maximum bound, rounded once."""
+ZERO = Decimal(0)
+CHARGE_MODELS = ("per_unit", "graduated", "volume", "package", "percentage")
+
+
+def _number(properties: dict[str, Any], key: str) -> Decimal:
+    raw = properties.get(key)
+    return ZERO if raw is None else Decimal(str(raw))
+
+
+def _tiers(properties: dict[str, Any]) -> list[tuple[Decimal | None, Decimal, Decimal]]:
+    """(up to, unit price, flat fee) of each tier, the last one unbounded."""
+    return [
+        (
+            None if t.get("up_to") is None else Decimal(str(t["up_to"])),
+            _number(t, "unit_price"),
+            _number(t, "flat_fee"),
+        )
+        for t in properties["tiers"]
+    ]
+
+
+def _model_amount(
+    charge_model: str, properties: dict[str, Any], billable: Decimal, value: Decimal
+) -> Decimal:
+    """The unrounded amount of `billable` units (and, for `percentage`, their `value`) before bounds."""
+    if charge_model == "per_unit":
+        return billable * _number(properties, "unit_price")
+    if charge_model == "graduated":  # each tier prices its own units, plus its flat fee once entered
+        amount, lower = ZERO, ZERO
+        for up_to, price, flat in _tiers(properties):
+            if billable <= lower:
+                break
+            upper = billable if up_to is None else min(billable, up_to)
+            amount += (upper - lower) * price + flat
+            if up_to is None:
+                break
+            lower = up_to
+        return amount
+    if charge_model == "volume":  # the tier the whole quantity reaches prices every unit
+        if billable <= 0:
+            return ZERO
+        up_to, price, flat = next(t for t in _tiers(properties) if t[0] is None or billable <= t[0])
+        return billable * price + flat
+    if charge_model == "package":  # per started block after the free units
+        paid = max(billable - _number(properties, "free_units"), ZERO)
+        blocks = (paid / _number(properties, "package_size")).to_integral_value(rounding=ROUND_CEILING)
+        return blocks * _number(properties, "package_price")
+    if charge_model == "percentage":
+        return value * _number(properties, "rate") + billable * _number(properties, "fixed_fee")
+    raise ValueError(f"unknown charge model {charge_model!r}")
+
+
+def charge_amount(terms: dict[str, Any], quantity: Decimal, value: Decimal, currency: str) -> Decimal:
+    """One dimension's line, re-rated: the included quota comes off first (above it, a percentage
+    charge takes the billable units' pro-rata part of the value), the charge model prices the rest,
+    then the period minimum or maximum, rounded once, half up, to the minor unit."""
     properties = terms["properties"]
-    billable = max(quantity - Decimal(terms["included_quantity"]), Decimal(0))
-    value = billable * Decimal(str(properties["unit_price"]))
-    if properties.get("minimum") is not None:
-        value = max(value, Decimal(str(properties["minimum"])))
-    if properties.get("maximum") is not None:
-        value = min(value, Decimal(str(properties["maximum"])))
-    return round_money(value, currency)
+    included = Decimal(str(terms.get("included_quantity") or 0))
+    billable = max(quantity - included, ZERO)
+    if included and quantity:
+        value = value * billable / quantity
+    amount = _model_amount(terms["charge_model"], properties, billable, value)
+    if properties.get("minimum") is not None and amount < Decimal(str(properties["minimum"])):
+        amount = Decimal(str(properties["minimum"]))
+    elif properties.get("maximum") is not None and amount > Decimal(str(properties["maximum"])):
+        amount = Decimal(str(properties["maximum"]))
+    return round_money(amount, currency)
