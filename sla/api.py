@@ -299,6 +299,7 @@ class DependencyListView(generics.GenericAPIView):
 
     permission_classes = [IsAuthenticated]
     serializer_class = DependencySerializer
+    pagination_class = None  # a tenant watches a few systems: one plain list
 
     @extend_schema(responses={200: DependencySerializer(many=True)})
     def get(self, request: Request) -> Response:

@@ -373,6 +373,9 @@ class CustomerDependency(models.Model):
     health_url = models.URLField(max_length=2000, help_text="GET; healthy if it answers 2xx or 3xx in time.")
     created_at = models.DateTimeField(auto_now_add=True)
 
+    class Meta:
+        verbose_name_plural = "customer dependencies"
+
     def __str__(self) -> str:
         return f"{self.contract.code} {self.name}"
 

@@ -144,6 +144,8 @@ FILLERS: dict[str, Fill] = {
     "finance:revenue-download": Fill(lambda _: {"fmt": "csv"}),
     "finance:costs": Fill(),
     "finance:costs-download": Fill(lambda _: {"fmt": "csv"}),
+    "finance:cost-split": Fill(),
+    "finance:cost-split-download": Fill(lambda _: {"fmt": "csv"}),
     "finance:disputes": Fill(),
     "finance:disputes-download": Fill(lambda _: {"fmt": "csv"}),
     "finance:reconciliation": Fill(),

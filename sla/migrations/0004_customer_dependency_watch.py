@@ -59,6 +59,7 @@ class Migration(migrations.Migration):
                     ),
                 ),
             ],
+            options={"verbose_name_plural": "customer dependencies"},
         ),
         migrations.AddField(
             model_name="exclusion",

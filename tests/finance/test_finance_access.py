@@ -32,9 +32,11 @@ def _urls() -> list[tuple[str, str]]:
 
 def test_the_enumeration_covers_every_report_and_format() -> None:
     urls = {url for _, url in _urls()}
-    assert len(urls) == len(finance_urls.urlpatterns) == 14
+    assert len(urls) == len(finance_urls.urlpatterns) == 16
     assert {
         "/finance/",
+        "/finance/cost-split/",
+        "/finance/cost-split/download.csv",
         "/finance/reconciliation/download.csv",
         "/finance/scheduler/",
         "/finance/scheduler/download.csv",
