@@ -33,6 +33,7 @@ from .selectors import (
     charge_groups,
     credit_balance,
     invoice_with_lines,
+    tax_breakdown,
     visible_credit_notes,
     visible_invoices,
     visible_outcomes,
@@ -52,6 +53,14 @@ class ChargeGroupSerializer(serializers.Serializer):
     amount = serializers.DecimalField(max_digits=20, decimal_places=2)
 
 
+class TaxRowSerializer(serializers.Serializer):
+    code = serializers.CharField()
+    name = serializers.CharField()
+    rate = serializers.DecimalField(max_digits=6, decimal_places=4)
+    base = serializers.DecimalField(max_digits=20, decimal_places=2)
+    amount = serializers.DecimalField(max_digits=20, decimal_places=2)
+
+
 class InvoiceSerializer(serializers.ModelSerializer):
     contract = serializers.CharField(source="contract.code")
     tenant = serializers.CharField(source="tenant.code")
@@ -60,6 +69,21 @@ class InvoiceSerializer(serializers.ModelSerializer):
         help_text="The usage lines added up as routing fee, expert fee, cache compensation, … "
         "(presentation only: the lines are what is priced)."
     )
+
+    tax_breakdown = serializers.SerializerMethodField(help_text="The tax by rate, adding up to `tax`.")
+
+    @extend_schema_field(TaxRowSerializer(many=True))
+    def get_tax_breakdown(self, invoice: Invoice) -> list[dict[str, Any]]:
+        return [
+            {
+                "code": t.code,
+                "name": t.name,
+                "rate": str(t.rate),
+                "base": str(t.base),
+                "amount": str(t.amount),
+            }
+            for t in tax_breakdown(invoice)
+        ]
 
     @extend_schema_field(ChargeGroupSerializer(many=True))
     def get_charge_groups(self, invoice: Invoice) -> list[dict[str, Any]]:
@@ -86,12 +110,18 @@ class InvoiceSerializer(serializers.ModelSerializer):
             "amount_due",
             "lines",
             "charge_groups",
+            "tax_breakdown",
         ]
+
+
+DETAIL_ONLY = ("lines", "charge_groups", "tax_breakdown")
 
 
 class InvoiceSummarySerializer(InvoiceSerializer):
     class Meta(InvoiceSerializer.Meta):
-        fields = [f for f in InvoiceSerializer.Meta.fields if f not in ("lines", "charge_groups")]
+        fields = [
+            f for f in InvoiceSerializer.Meta.fields if f not in ("lines", "charge_groups", "tax_breakdown")
+        ]
 
 
 class InvoiceFilter(ListFilter):

@@ -25,7 +25,7 @@ from pricing.errors import InvalidRequest
 
 from .exports import invoice_checkpoint
 from .models import Invoice, InvoiceLine, Note
-from .selectors import charge_groups
+from .selectors import charge_groups, tax_breakdown
 
 TEXT = {
     "en": {
@@ -57,6 +57,7 @@ TEXT = {
         "amount": "Amount",
         "subtotal": "Subtotal",
         "tax": "Tax",
+        "on": "on",
         "tax_inclusive": "Tax (included)",
         "total": "Total",
         "credits": "Prepaid credits",
@@ -98,6 +99,7 @@ TEXT = {
         "amount": "金额",
         "subtotal": "小计",
         "tax": "税额",
+        "on": "计税基础",
         "tax_inclusive": "税额（已含）",
         "total": "合计",
         "credits": "预付额度抵扣",
@@ -302,9 +304,16 @@ def render_invoice_pdf(invoice: Invoice, language: str = "en") -> bytes:
         )
     tax_label = t["tax_inclusive"] if invoice.terms.get("tax_inclusive") else t["tax"]
     rate = Decimal(invoice.terms.get("tax_rate", "0")) * 100
+    if invoice.terms.get("taxes"):  # several taxes, per line: each with its base (billing.taxes)
+        tax_rows = [[tax_label, "", "", f"{invoice.tax:,}"]] + [
+            [f"  {x.name} {(x.rate * 100).normalize():f} % {t['on']} {x.base:,}", "", "", f"{x.amount:,}"]
+            for x in tax_breakdown(invoice)
+        ]
+    else:
+        tax_rows = [[f"{tax_label} {rate.normalize():f} %", "", "", f"{invoice.tax:,}"]]
     totals = [
         [t["subtotal"], "", "", f"{invoice.subtotal:,}"],
-        [f"{tax_label} {rate.normalize():f} %", "", "", f"{invoice.tax:,}"],
+        *tax_rows,
         [t["total"], "", "", f"{invoice.total:,}"],
     ]
     if invoice.credits_applied:

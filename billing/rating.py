@@ -1,8 +1,9 @@
 """Rating: a period's measured usage × contract terms → invoice lines and totals. Pure: no database access.
 
 Rounding rule: every line's amount is rounded once, half up, to the currency's minor unit (CNY 0.01,
-JPY 1); the subtotal is the sum of the rounded lines; tax is one more line-level rounding of
-subtotal × rate (exclusive) or subtotal × rate / (1 + rate) (inclusive, already in the prices).
+JPY 1); the subtotal is the sum of the rounded lines; tax is one more rounding of subtotal × rate
+(exclusive) or subtotal × rate / (1 + rate) (inclusive, already in the prices). A contract with taxes
+of its own (several, per line) is taxed line by line, with the rule of `billing.taxes`.
 
 A dimension whose price changed within the period gets one line per price version, rated from the
 usage of its segment (`rate_versions`; the rules are in docs/billing.md, "Price changes within a
@@ -12,7 +13,7 @@ contract").
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import datetime
 from decimal import Decimal
 from typing import Any
@@ -22,6 +23,7 @@ from common.periods import next_period_bounds
 from pricing.charge_models import ChargeModel, Percentage, Volume
 from pricing.dimensions import DIMENSION_CODES, DIMENSION_LABELS
 
+from .taxes import LineTax, TaxedLine, line_taxes
 from .terms import ChargeTerms, Terms
 
 ZERO = Decimal(0)
@@ -338,14 +340,26 @@ def rate_period(
     lines += _discounts(terms, lines, coupons_used or {})
     lines += credits or []
     subtotal = sum((line.amount for line in lines), ZERO)
-    rate = Decimal(terms.tax_rate)
-    if terms.tax_inclusive:
-        tax = round_money(subtotal * rate / (1 + rate), currency)
-        total = subtotal
+    if terms.taxes:  # per line, several per line (billing.taxes); each line keeps its taxes in details
+        taxed, tax = line_taxes(
+            terms.taxes,
+            [TaxedLine(x.amount, x.kind, x.dimension) for x in lines],
+            terms.tax_inclusive,
+            currency,
+        )
+        lines = [_with_taxes(line, found) for line, found in zip(lines, taxed, strict=True)]
     else:
-        tax = round_money(subtotal * rate, currency)
-        total = subtotal + tax
+        rate = Decimal(terms.tax_rate)
+        tax = round_money(subtotal * (rate / (1 + rate) if terms.tax_inclusive else rate), currency)
+    total = subtotal if terms.tax_inclusive else subtotal + tax
     return RatedInvoice(lines=lines, subtotal=subtotal, tax=tax, total=total)
+
+
+def _with_taxes(line: RatedLine, taxes: list[LineTax]) -> RatedLine:
+    if not taxes:
+        return line
+    found = [{"code": t.code, "rate": str(t.rate), "amount": str(t.amount)} for t in taxes]
+    return replace(line, details={**line.details, "taxes": found})
 
 
 def _discounts(terms: Terms, lines: list[RatedLine], used: Mapping[str, int]) -> list[RatedLine]:

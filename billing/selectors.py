@@ -203,3 +203,35 @@ def charge_groups(invoice: Invoice) -> list[ChargeGroup]:
             group = CHARGE_GROUPS.get(line.dimension, OTHER_USAGE)
             totals[group] = totals.get(group, Decimal(0)) + line.amount
     return [ChargeGroup(g, totals[g]) for g in CHARGE_GROUP_NAMES if g in totals]
+
+
+@dataclass(frozen=True)
+class TaxRow:
+    """One tax of an invoice: its code, name and rate, the amounts of the lines it applies to (as priced:
+    with the tax in them when the contract's prices include it) and the tax."""
+
+    code: str
+    name: str
+    rate: Decimal
+    base: Decimal
+    amount: Decimal
+
+
+def tax_breakdown(invoice: Invoice) -> list[TaxRow]:
+    """The invoice's tax by rate, adding up to `invoice.tax`: per tax of its frozen terms, from the
+    lines' own taxes (billing.taxes); an invoice with a single `tax_rate` has one row on its subtotal."""
+    taxes = invoice.terms.get("taxes") or []
+    if not taxes:
+        rate = Decimal(invoice.terms.get("tax_rate", "0"))
+        return [TaxRow("tax", "Tax", rate, invoice.subtotal, invoice.tax)] if rate or invoice.tax else []
+    rows = []
+    lines = list(invoice.lines.all())
+    for tax in taxes:
+        base = amount = Decimal(0)
+        for line in lines:
+            for found in line.details.get("taxes", []):
+                if found["code"] == tax["code"]:
+                    base += line.amount
+                    amount += Decimal(found["amount"])
+        rows.append(TaxRow(tax["code"], tax["name"], Decimal(tax["rate"]), base, amount))
+    return rows

@@ -346,10 +346,19 @@ def credit_allocation(
         return left, {"all": str(left)}
     applied = Decimal(0)
     for kind in order:
-        due = round_money(
-            sum((line.amount for line in lines if line.kind == kind), Decimal(0)) * gross,
-            invoice.currency,
-        )
+        of_kind = [line for line in lines if line.kind == kind]
+        if invoice.terms.get("taxes"):  # taxed per line: each line with its own taxes (when exclusive)
+            added = Decimal(0) if invoice.terms.get("tax_inclusive") else Decimal(1)
+            due = sum(
+                (
+                    x.amount
+                    + added * sum((Decimal(t["amount"]) for t in x.details.get("taxes", [])), Decimal(0))
+                    for x in of_kind
+                ),
+                Decimal(0),
+            )
+        else:
+            due = round_money(sum((line.amount for line in of_kind), Decimal(0)) * gross, invoice.currency)
         take = max(min(due, left - applied), Decimal(0))
         if take:
             allocation[kind] = str(take)

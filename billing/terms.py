@@ -19,7 +19,7 @@ from django.db.models import TextField
 from django.db.models.functions import Cast
 
 from common.money import MINOR_UNITS
-from contracts.models import Contract, ContractMetric, ContractPrice
+from contracts.models import Contract, ContractMetric, ContractPrice, ContractTax
 from pricing.charge_models import ChargeModel, build_charge_model
 from pricing.dimensions import DIMENSION_CODES, DIMENSION_LABELS
 from pricing.errors import TermsError
@@ -27,6 +27,7 @@ from pricing.expressions import ADDITIVE_AGGREGATIONS, metric_aggregation, parse
 from pricing.validation import validate_charge
 
 from .models import Coupon
+from .taxes import TaxTerms
 
 
 @dataclass(frozen=True)
@@ -58,7 +59,7 @@ class CouponTerms:
     periods: int | None
 
 
-_CONTAINERS = ("credit_order", "charges", "metrics", "coupons")
+_CONTAINERS = ("credit_order", "charges", "metrics", "coupons", "taxes")
 
 
 @dataclass(frozen=True)
@@ -74,6 +75,7 @@ class Terms:
     charges: list[ChargeTerms] = field(default_factory=list)
     metrics: dict[str, str] = field(default_factory=dict)
     coupons: list[CouponTerms] = field(default_factory=list)
+    taxes: list[TaxTerms] = field(default_factory=list)  # empty: the single `tax_rate` on the subtotal
     starts_at: str = ""
     ends_at: str = ""
     outcome_window_hours: int = 72
@@ -92,6 +94,7 @@ class Terms:
             for c in self.charges
         ]
         data["coupons"] = [{name: getattr(c, name) for name in _COUPON_FIELDS} for c in self.coupons]
+        data["taxes"] = [t.as_json() for t in self.taxes]
         return data
 
     def versions(self) -> dict[str, list[ChargeTerms]]:
@@ -121,10 +124,11 @@ class Terms:
         values = {k: v for k, v in data.items() if k in cls.__dataclass_fields__}
         values["charges"] = [ChargeTerms(**c) for c in data.get("charges", [])]
         values["coupons"] = [CouponTerms(**c) for c in data.get("coupons", [])]
+        values["taxes"] = [TaxTerms.from_json(t) for t in data.get("taxes", [])]
         return cls(**values)
 
 
-_TERMS_SCALARS = tuple(f.name for f in fields(Terms) if f.name not in ("charges", "coupons"))
+_TERMS_SCALARS = tuple(f.name for f in fields(Terms) if f.name not in ("charges", "coupons", "taxes"))
 _CHARGE_FIELDS = tuple(f.name for f in fields(ChargeTerms) if f.name != "properties")
 _COUPON_FIELDS = tuple(f.name for f in fields(CouponTerms))
 if [f.name for f in fields(ChargeTerms) if f.type not in ("str", "dict[str, Any]")] or [
@@ -232,6 +236,7 @@ class TermsRows:
     prices: Sequence[PriceRow] = ()
     coupons: Sequence[CouponRow] = ()
     shared: dict[Any, Any] | None = None
+    taxes: Sequence[ContractTax] = ()
 
 
 @dataclass(frozen=True)
@@ -271,6 +276,9 @@ def terms_rows(contract_ids: Sequence[int]) -> dict[int, TermsRows]:
         properties_text=Cast("properties", TextField())
     )
     coupons = Coupon.objects.filter(contract_id__in=contract_ids)
+    taxes: dict[int, list[ContractTax]] = {}
+    for tax in ContractTax.objects.filter(contract_id__in=contract_ids):
+        taxes.setdefault(tax.contract_id, []).append(tax)
     for row in metrics.values_list(*_METRIC_COLUMNS, named=True):
         grouped[row.contract_id][0].append(row)
     parsed: dict[str, dict[str, Any]] = {}
@@ -285,7 +293,7 @@ def terms_rows(contract_ids: Sequence[int]) -> dict[int, TermsRows]:
     for row in coupons.values_list(*_COUPON_COLUMNS, named=True):
         grouped[row.contract_id][2].append(row)
     shared: dict[Any, Any] = {}
-    return {pk: TermsRows(*parts, shared=shared) for pk, parts in grouped.items()}
+    return {pk: TermsRows(*parts, shared=shared, taxes=taxes.get(pk, [])) for pk, parts in grouped.items()}
 
 
 def terms_of(
@@ -300,7 +308,10 @@ def terms_of(
     prices and coupons already read (`terms_rows`); else they are read from the contract."""
     if rows is None:
         rows = TermsRows(
-            list(contract.metrics.all()), list(contract.prices.all()), list(contract.coupons.all())
+            list(contract.metrics.all()),
+            list(contract.prices.all()),
+            list(contract.coupons.all()),
+            taxes=list(contract.taxes.all()),
         )
     shared = rows.shared if rows.shared is not None else {}
     metric_rows = rows.metrics
@@ -351,6 +362,7 @@ def terms_of(
         charges=charges,
         metrics=metrics,
         coupons=coupons,
+        taxes=[TaxTerms(t.code, t.name, _decimal_text(t.rate), tuple(t.applies_to)) for t in rows.taxes],
         starts_at=contract.starts_at.isoformat(),
         ends_at=contract.ends_at.isoformat() if contract.ends_at else "",
         outcome_window_hours=contract.outcome_window_hours,

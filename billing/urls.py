@@ -1,6 +1,6 @@
 from django.urls import path
 
-from contracts.api import ChargeView, MetricView, TermsView
+from contracts.api import ChargeView, MetricView, TaxesView, TermsView
 
 from .api import (
     CreditGrantView,
@@ -21,6 +21,7 @@ urlpatterns = [
     path("contracts/<str:code>/charges/<str:dimension>", ChargeView.as_view(), name="contract-charge"),
     path("contracts/<str:code>/metrics/<str:metric>", MetricView.as_view(), name="contract-metric"),
     path("contracts/<str:code>/terms", TermsView.as_view(), name="contract-terms"),
+    path("contracts/<str:code>/taxes", TaxesView.as_view(), name="contract-taxes"),
     path("contracts/<str:code>/credits", CreditGrantView.as_view(), name="contract-credits"),
     path("invoices", InvoiceListView.as_view(), name="invoice-list"),
     path("invoices/<int:pk>.pdf", InvoicePdfView.as_view(), name="invoice-pdf"),

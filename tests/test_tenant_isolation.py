@@ -81,6 +81,7 @@ FILLERS: dict[str, Fill] = {
     "contract-charge": Fill(lambda d: {"code": d.contract.code, "dimension": "requests"}),
     "contract-metric": Fill(lambda d: {"code": d.contract.code, "metric": "answers"}),
     "contract-terms": Fill(lambda d: {"code": d.contract.code}),
+    "contract-taxes": Fill(lambda d: {"code": d.contract.code}),
     "contract-credits": Fill(lambda d: {"code": d.contract.code}, body=lambda d: {"amount": "5.00"}),
     "outcome-declare": Fill(),
     "outcome-confirm": Fill(lambda d: {"pk": d.outcome.pk}),

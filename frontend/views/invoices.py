@@ -14,7 +14,7 @@ from accounts.access import WRITE_BILLING, Principal
 from billing.checkout import start_invoice_checkout
 from billing.disputes import open_dispute
 from billing.models import SETTLED_DISPUTES, Dispute, Invoice, InvoiceLine
-from billing.selectors import charge_groups
+from billing.selectors import charge_groups, tax_breakdown
 from common.errors import ApiError
 from ledger.selectors import LedgerLookupError
 from pricing.dimensions import CHARGE_GROUP_NAMES
@@ -60,6 +60,9 @@ def invoice_detail(request: HttpRequest, principal: Principal, pk: int) -> HttpR
         invoice=invoice,
         lines=[(line, shown.get(line.pk)) for line in invoice.lines.all()],
         charge_groups=[(CHARGE_GROUP_NAMES[g.group], g) for g in charge_groups(invoice)],
+        tax_rows=[(t, f"{(t.rate * 100).normalize():f} %") for t in tax_breakdown(invoice)]
+        if invoice.terms.get("taxes")
+        else [],
         disputable=invoice.status in DISPUTABLE,
         can_dispute=principal.may_write(WRITE_BILLING),
         party_cards=[

@@ -6,7 +6,7 @@ billing.contracts_api."""
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, cast
 
 from django.http import JsonResponse
 from drf_spectacular.types import OpenApiTypes
@@ -22,7 +22,7 @@ from common.filters import ListFilter, code_filter
 from pricing.expressions import AGGREGATIONS, metric_aggregation
 
 from .models import Contract, ContractMetric
-from .services import TERM_FIELDS, set_charge, set_metric, update_terms
+from .services import TERM_FIELDS, set_charge, set_metric, set_taxes, update_terms
 
 
 class ContractFilter(ListFilter):
@@ -113,6 +113,37 @@ class MetricView(APIView):
                 "aggregation": metric_aggregation(row.expression),
             }
         )
+
+
+class TaxSerializer(serializers.Serializer):
+    code = IdentifierField(max_length=32)
+    name = IdentifierField(max_length=100)
+    rate = serializers.DecimalField(max_digits=6, decimal_places=4, help_text="0.06 is 6 %.")
+    applies_to = serializers.ListField(
+        child=IdentifierField(max_length=32),
+        required=False,
+        help_text="Line kinds or dimensions; empty: all.",
+    )
+
+
+class TaxesView(APIView):
+    """PUT the contract's taxes (a list, replacing the last; [] goes back to its single tax_rate)."""
+
+    permission_classes = [IsAdminUser]
+
+    @extend_schema(request=TaxSerializer(many=True), responses={200: TaxSerializer(many=True)})
+    def put(self, request: Request, code: str) -> Any:
+        body = TaxSerializer(data=request.data, many=True)
+        body.is_valid(raise_exception=True)
+        contract = _contract(code)
+        if isinstance(contract, JsonResponse):
+            return contract
+        # The body as sent (its limits checked above): set_taxes refuses a key it does not know.
+        taxes = set_taxes(contract, cast(list[dict[str, Any]], request.data))
+        answer = [
+            {"code": t.code, "name": t.name, "rate": str(t.rate), "applies_to": t.applies_to} for t in taxes
+        ]
+        return JsonResponse(answer, safe=False)
 
 
 class TermsView(APIView):

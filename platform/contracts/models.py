@@ -159,6 +159,29 @@ class ContractMetric(models.Model):
         return f"{self.contract.code} {self.code} = {self.expression}"
 
 
+class ContractTax(models.Model):
+    """One tax the contract's invoice lines carry (billing.taxes): e.g. VAT 6 % for IT services, with a
+    surcharge beside it. A contract with taxes uses them instead of its single `tax_rate`."""
+
+    contract = models.ForeignKey(Contract, on_delete=models.CASCADE, related_name="taxes")
+    code = models.CharField(max_length=32, validators=[validate_slug_code])
+    name = models.CharField(max_length=100)
+    rate = models.DecimalField(
+        max_digits=6, decimal_places=4, validators=[MinValueValidator(0)], help_text="0.06 is 6 %."
+    )
+    applies_to = models.JSONField(
+        default=list, blank=True, help_text="Line kinds or dimensions it applies to; empty: every line."
+    )
+
+    class Meta:
+        ordering = ["contract", "id"]
+        verbose_name_plural = "contract taxes"
+        constraints = [models.UniqueConstraint(fields=["contract", "code"], name="one_tax_per_code")]
+
+    def __str__(self) -> str:
+        return f"{self.contract.code} {self.code} {self.rate}"
+
+
 NEVER_BILLED = (Contract.Status.PENDING_PAYMENT, Contract.Status.CANCELLED)
 
 

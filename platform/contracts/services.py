@@ -10,13 +10,14 @@ from typing import Any
 
 from django.db import transaction
 
+from accounts.validators import SLUG_CODE
 from pricing.dimensions import Dimension
 from pricing.errors import BillingError, TermsError
 from pricing.expressions import parse_metric
-from pricing.line_kinds import CREDITABLE_KINDS
+from pricing.line_kinds import CREDITABLE_KINDS, LineKind
 from pricing.validation import validate_charge
 
-from .models import Contract, ContractMetric, ContractPrice
+from .models import Contract, ContractMetric, ContractPrice, ContractTax
 from .versions import check_price_version
 
 
@@ -110,6 +111,46 @@ def set_metric(contract: Contract, code: str, name: str, expression: str) -> Con
         contract=contract, code=code, defaults={"name": name, "expression": expression}
     )
     return metric
+
+
+MAX_TAXES = 8
+
+
+def set_taxes(contract: Contract, taxes: list[dict[str, Any]]) -> list[ContractTax]:
+    """Replace the contract's taxes (billing.taxes: per line, several per line); an empty list goes back
+    to the single `tax_rate`. Each `{code, name, rate, applies_to}`: rate 0 ≤ r < 1, `applies_to` line
+    kinds or dimensions (the contract's metric codes too); all are checked before any is written.
+    Retry: the same list again leaves the same taxes. Finalised invoices keep the taxes they froze."""
+    if not isinstance(taxes, list) or len(taxes) > MAX_TAXES:
+        raise TermsError("invalid_taxes", f"taxes is a list of at most {MAX_TAXES} taxes.", {})
+    targets = {*LineKind.values, *Dimension.values, *contract.metrics.values_list("code", flat=True)}
+    rows, codes = [], set()
+    for k, tax in enumerate(taxes):
+        if not isinstance(tax, dict) or set(tax) - {"code", "name", "rate", "applies_to"}:
+            raise TermsError("invalid_tax", f"Tax {k} has only code, name, rate and applies_to.", {"tax": k})
+        code, name = tax.get("code"), tax.get("name")
+        if not isinstance(code, str) or not SLUG_CODE.match(code) or len(code) > 32 or code in codes:
+            raise TermsError("invalid_tax", f"Tax {k} needs a code of its own (a slug).", {"tax": k})
+        if not isinstance(name, str) or not name.strip() or len(name) > 100:
+            raise TermsError("invalid_tax", f"Tax {k} needs a name of 1 to 100 characters.", {"tax": k})
+        rate = _decimal(tax.get("rate"), "rate")
+        if rate >= 1 or rate != rate.quantize(Decimal("0.0001")):
+            raise TermsError("invalid_tax", f"Tax {k}'s rate is a fraction below 1 (0.06 = 6 %).", {"tax": k})
+        applies_to = tax.get("applies_to", [])
+        unknown = (
+            [x for x in applies_to if x not in targets] if isinstance(applies_to, list) else [applies_to]
+        )
+        if unknown:
+            raise TermsError(
+                "invalid_tax",
+                f"Tax {k} applies to unknown lines: {unknown!r}.",
+                {"tax": k, "unknown": unknown},
+            )
+        codes.add(code)
+        rows.append(ContractTax(contract=contract, code=code, name=name, rate=rate, applies_to=applies_to))
+    with transaction.atomic():
+        contract.taxes.all().delete()
+        return ContractTax.objects.bulk_create(rows)
 
 
 TERM_FIELDS = {
