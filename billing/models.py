@@ -146,6 +146,10 @@ class Issuer(models.Model):
     legal_name = models.CharField(max_length=200)
     address = models.TextField(max_length=500, blank=True)
     tax_id = models.CharField(max_length=64, blank=True, help_text="Taxpayer identification number.")
+    requires_buyer_details = models.BooleanField(
+        default=False,
+        help_text="Its invoices show the buyer's name, tax ID, address and bank.",
+    )
 
     class Meta:
         ordering = ["code"]

@@ -12,6 +12,7 @@ from html import escape
 from io import BytesIO
 from typing import Any
 
+from django.utils import translation
 from reportlab.lib import colors
 from reportlab.lib.pagesizes import A4
 from reportlab.lib.styles import ParagraphStyle
@@ -25,6 +26,7 @@ from pricing.errors import InvalidRequest
 
 from .exports import invoice_checkpoint
 from .models import Invoice, InvoiceLine, Note
+from .parties import BUYER_DETAIL_NAMES
 from .selectors import charge_groups, tax_breakdown
 
 TEXT = {
@@ -35,6 +37,8 @@ TEXT = {
         "issuer": "Issuer",
         "buyer": "Buyer",
         "tax_id": "Taxpayer ID",
+        "bank": "Bank",
+        "not_given": "Not given",
         "issued_on": "Issued",
         "due_on": "Due",
         "terms": "payment terms {days} days",
@@ -77,6 +81,8 @@ TEXT = {
         "issuer": "开票方",
         "buyer": "购买方",
         "tax_id": "纳税人识别号",
+        "bank": "开户行及账号",
+        "not_given": "未提供",
         "issued_on": "开票日期",
         "due_on": "到期日",
         "terms": "付款期限 {days} 天",
@@ -231,6 +237,12 @@ def _completeness(invoice: Invoice, t: dict[str, str]) -> list[str]:
     ]
 
 
+def _detail_names(missing: list[str], language: str) -> str:
+    """The buyer details an issuer requires and the tenant has not given, in the PDF's language."""
+    with translation.override("zh-hans" if language == "zh-Hans" else "en"):
+        return ", ".join(str(BUYER_DETAIL_NAMES[name]) for name in missing)
+
+
 def _parties(invoice: Invoice, t: dict[str, str], language: str) -> list[str]:
     """Issuer, buyer, issue and due dates and the payment status, as pinned at finalisation."""
     parties = invoice.parties
@@ -239,8 +251,16 @@ def _parties(invoice: Invoice, t: dict[str, str], language: str) -> list[str]:
 
     def party(role: str) -> str:
         who = parties[role]
+        bank = " ".join(x for x in (who.get("bank_name"), who.get("bank_account")) if x)
         details = [
-            d for d in (who["address"], f"{t['tax_id']} {who['tax_id']}" if who["tax_id"] else "") if d
+            d
+            for d in (
+                who["address"],
+                f"{t['tax_id']} {who['tax_id']}" if who["tax_id"] else "",
+                f"{t['bank']} {bank}" if bank else "",
+                f"{t['not_given']}: {_detail_names(who['missing'], language)}" if who.get("missing") else "",
+            )
+            if d
         ]
         return f"{t[role]}: {' · '.join([who['legal_name'], *details])}"
 

@@ -14,6 +14,7 @@ from accounts.access import WRITE_BILLING, Principal
 from billing.checkout import start_invoice_checkout
 from billing.disputes import open_dispute
 from billing.models import SETTLED_DISPUTES, Dispute, Invoice, InvoiceLine
+from billing.parties import BUYER_DETAIL_NAMES
 from billing.selectors import charge_groups, tax_breakdown
 from common.errors import ApiError
 from ledger.selectors import LedgerLookupError
@@ -66,7 +67,9 @@ def invoice_detail(request: HttpRequest, principal: Principal, pk: int) -> HttpR
         disputable=invoice.status in DISPUTABLE,
         can_dispute=principal.may_write(WRITE_BILLING),
         party_cards=[
-            (role, invoice.parties[role]) for role in ("issuer", "buyer") if role in invoice.parties
+            (role, {**who, "missing_names": [BUYER_DETAIL_NAMES[n] for n in who.get("missing", [])]})
+            for role in ("issuer", "buyer")
+            if (who := invoice.parties.get(role)) is not None
         ],
         can_pay=may_write and invoice.payment_status in ("due", "overdue"),
         online_payment=bool(settings.STRIPE_API_KEY),

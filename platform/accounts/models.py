@@ -17,6 +17,8 @@ class Tenant(models.Model):
     legal_name = models.CharField(max_length=200, blank=True, help_text="On invoices; the name when empty.")
     address = models.TextField(max_length=500, blank=True)
     tax_id = models.CharField(max_length=64, blank=True, help_text="Taxpayer identification number.")
+    bank_name = models.CharField(max_length=200, blank=True, help_text="On invoices whose issuer needs it.")
+    bank_account = models.CharField(max_length=64, blank=True, help_text="On invoices whose issuer needs it.")
     created_at = models.DateTimeField(auto_now_add=True)
 
     class Meta:

@@ -1,6 +1,6 @@
 from django.contrib import admin
 
-from .models import Contract, ContractMetric, ContractPrice
+from .models import Contract, ContractMetric, ContractPrice, ContractTax
 
 
 class ContractPriceInline(admin.TabularInline):
@@ -17,9 +17,16 @@ class ContractMetricInline(admin.TabularInline):
     extra = 0
 
 
+class ContractTaxInline(admin.TabularInline):
+    """Taxes per line (billing.taxes); with none, the contract's single tax_rate applies."""
+
+    model = ContractTax
+    extra = 0
+
+
 @admin.register(Contract)
 class ContractAdmin(admin.ModelAdmin):
     list_display = ["code", "tenant", "package", "currency", "period", "status", "starts_at", "base_fee"]
     list_filter = ["status", "currency", "package"]
     search_fields = ["code", "tenant__code"]
-    inlines = [ContractPriceInline, ContractMetricInline]
+    inlines = [ContractPriceInline, ContractMetricInline, ContractTaxInline]

@@ -240,6 +240,8 @@ NOT_FROM_REST = {
     "catalog.PlanPrice.dimension": "the catalogue is kept in the admin",
     "accounts.Tenant.legal_name": "a tenant's legal details are set in the admin",
     "accounts.Tenant.tax_id": "a tenant's legal details are set in the admin",
+    "accounts.Tenant.bank_name": "a tenant's legal details are set in the admin",
+    "accounts.Tenant.bank_account": "a tenant's legal details are set in the admin",
     "billing.Issuer.code": "issuers are set in the admin",
     "billing.Issuer.legal_name": "issuers are set in the admin",
     "billing.Issuer.tax_id": "issuers are set in the admin",

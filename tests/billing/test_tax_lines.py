@@ -13,10 +13,10 @@ from django.contrib.auth import get_user_model
 from django.test import Client
 
 from accounts.models import Role
-from billing.models import Invoice
+from billing.models import Invoice, Issuer
 from billing.pdf import render_invoice_pdf
 from billing.selectors import invoice_with_lines, tax_breakdown
-from billing.services import generate_invoice
+from billing.services import finalize_invoice, generate_invoice
 from billing.tasks import run_invoices
 from common.periods import month_bounds
 from contracts.models import Contract, ContractPrice
@@ -139,3 +139,38 @@ def test_taxes_that_cannot_be_applied_are_refused(taxes: list[dict[str, Any]], m
 
     assert answer.status_code == 400
     assert message in str(answer.json()) and not c.taxes.exists()
+
+
+def test_an_issuer_that_requires_them_prints_the_buyers_details_and_says_which_are_missing() -> None:
+    Issuer.objects.create(code="treemeter", legal_name="Treemeter Cloud Ltd.", requires_buyer_details=True)
+    c = taxed_contract()
+    tenant = c.tenant
+    tenant.legal_name, tenant.tax_id = "Acme Legal LLP", "91440000Y"
+    tenant.bank_name, tenant.bank_account = "Bank of Shanghai", "6222 0000 1111"
+    tenant.save()  # no address
+
+    invoice = invoice_with_lines(finalize_invoice(generate_invoice(c.pk, *NOV, now=DEC_9)).pk)
+    client = Client()
+    client.force_login(MembershipFactory.create(tenant=tenant, role=Role.READ_ONLY).user)
+    page = client.get(f"/invoices/{invoice.pk}").content.decode()
+    english, chinese = (pdf_text(render_invoice_pdf(invoice, lang)) for lang in ("en", "zh-Hans"))
+
+    buyer = invoice.parties["buyer"]
+    assert (buyer["bank_name"], buyer["bank_account"], buyer["missing"]) == (
+        "Bank of Shanghai",
+        "6222 0000 1111",
+        ["address"],
+    )
+    assert "Bank Bank of Shanghai 6222 0000 1111" in page and "Not given: address" in page
+    assert "Bank Bank of Shanghai 6222 0000 1111" in english and "Not given: address" in english
+    assert "开户行及账号 Bank of Shanghai 6222 0000 1111" in chinese and "未提供: 地址" in chinese
+
+
+def test_an_issuer_that_does_not_require_them_prints_no_bank_details() -> None:
+    c = taxed_contract()
+    c.tenant.bank_name = "Bank of Shanghai"
+    c.tenant.save()
+
+    invoice = finalize_invoice(generate_invoice(c.pk, *NOV, now=DEC_9))
+
+    assert "bank_name" not in invoice.parties["buyer"] and "missing" not in invoice.parties["buyer"]
