@@ -67,7 +67,10 @@ def test_a_superseded_attempt_is_not_billed(monkeypatch: pytest.MonkeyPatch, fir
 def test_an_invoice_that_bills_the_superseded_attempt_too_fails() -> None:
     report = verify([v2_record(), retry([RID])])  # export_of bills every ok record: 16 + 20
     assert failed(report) == {LINE}
-    problems = "quantity 36 but the records give 20; amount 0.16 CNY but the contract terms give 0.00"
+    problems = (
+        "quantity 36 but the records give 20; "
+        "amount 0.16 CNY but the contract terms give 0.00 (off by 0.16 CNY)"
+    )
     assert verdicts(report)[LINE] == (False, problems)
 
 

@@ -279,7 +279,7 @@ def test_an_invoice_line_that_does_not_match_the_records_fails(client: Client) -
             line["quantity"] = "1076"
     problems = failing(world.verify(manifest, lines))
     assert problems == {
-        "line usage requests": "amount 0.56 CNY but the contract terms give 0.50",
+        "line usage requests": "amount 0.56 CNY but the contract terms give 0.50 (off by 0.06 CNY)",
         "line usage tokens_in": "quantity 1076 but the records give 1074",
     }
 

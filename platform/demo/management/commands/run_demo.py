@@ -233,6 +233,8 @@ class Command(BaseCommand):
                 thread.start()
             while time.monotonic() - began < limit_s and not ({"borrow", "scale_up"} <= kinds() and joined()):
                 time.sleep(0.5)
+            # Read while the burst lasts: once the replica is scaled down again it is no longer heard.
+            replica_joined = joined()
             stop.set()
             for thread in senders:
                 thread.join()
@@ -244,7 +246,7 @@ class Command(BaseCommand):
         console.print(
             f"Burst: {sum(statuses.values())} batch requests in {burst_s:.0f} s ("
             + ", ".join(f"{n} × HTTP {code}" for code, n in sorted(statuses.items()))
-            + f"); the replica {REPLICA} {'joined' if joined() else 'did not join'} subtree batch"
+            + f"); the replica {REPLICA} {'joined' if replica_joined else 'did not join'} subtree batch"
         )
         scheduler = tree.get("/tree/scheduler")
         first = min((e["at_ns"] for e in scheduler["recent"]), default=0)
