@@ -15,7 +15,7 @@ from rest_framework.response import Response
 
 from accounts.access import WRITE_BILLING, principal_of, scoped
 from common.errors import error_response
-from common.fields import IdentifierField
+from common.fields import IdentifierField, StrictCharField
 from common.filters import ListFilter, code_filter
 from common.periods import parse_month
 from contracts.models import Contract
@@ -325,7 +325,7 @@ class DependencyView(generics.GenericAPIView):
 
 
 class AppealBodySerializer(serializers.Serializer):
-    reason = serializers.CharField(max_length=5000, help_text="Why the exclusion is wrong.")
+    reason = StrictCharField(max_length=5000, help_text="Why the exclusion is wrong.")
 
 
 class AppealSerializer(serializers.ModelSerializer):

@@ -226,12 +226,14 @@ def test_an_appeal_packages_the_windows_raw_batch_hashes(health: Health) -> None
     url = f"/v1/sla/exclusions/{outage.pk}/appeal"
     reason = {"reason": "Our HIS answered; your probe had the wrong port."}
 
+    not_text = billing.post(url, {"reason": 0}, content_type="application/json")
     opened = billing.post(url, reason, content_type="application/json")
     again = billing.post(url, reason, content_type="application/json")
     read_only = member(c, Role.READ_ONLY).post(url, reason, content_type="application/json")
     other = member(ContractFactory.create(), Role.BILLING).post(url, reason, content_type="application/json")
     staff = staff_client().post(url, reason, content_type="application/json")
 
+    assert not_text.status_code == 400  # a reason is text, never a number made into one
     assert opened.status_code == 201, opened.content
     evidence = opened.json()["evidence"]
     [batch] = LogBatch.objects.filter(leaves__start_ns__lt=unix_nanos(outage.ends_at)).distinct()
