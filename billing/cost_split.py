@@ -22,8 +22,10 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from decimal import ROUND_DOWN, ROUND_HALF_UP, Decimal
+from decimal import ROUND_HALF_UP, Decimal
 from typing import Any
+
+from .taxes import apportion
 
 ZERO = Decimal(0)
 # A request's parts are given to a billionth of the currency: one costs about a thousandth.
@@ -46,18 +48,12 @@ class Rates:
 
 def allocate(total: Decimal, weights: Sequence[Decimal], unit: Decimal) -> list[Decimal]:
     """`total` (a multiple of `unit`) split in proportion to `weights` (non-negative), in units, adding up
-    to `total` exactly: each share rounded down, then one unit each to the largest remainders (earlier
-    first on ties). No weight at all (or all zero) leaves nothing to split to: every share is zero and
-    the caller keeps the total as unattributed."""
+    to `total` exactly by the remainder rule (`taxes.apportion`). No weight at all (or all zero) leaves
+    nothing to split to: every share is zero and the caller keeps the total as unattributed."""
     whole = sum(weights, ZERO)
     if not whole:
         return [ZERO] * len(weights)
-    exact = [total * w / whole / unit for w in weights]
-    units = [x.to_integral_value(rounding=ROUND_DOWN) for x in exact]
-    left = int(total / unit - sum(units, ZERO))
-    for k in sorted(range(len(exact)), key=lambda k: (-(exact[k] - units[k]), k))[:left]:
-        units[k] += 1
-    return [u * unit for u in units]
+    return apportion(total, [total * w / whole for w in weights], unit)
 
 
 def round_total(amount: Decimal, unit: Decimal) -> Decimal:
