@@ -29,9 +29,11 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path[0:1] = [str(ROOT), str(ROOT / "bench")]
 
 from agent_overhead import METERING_NS, prompts, serve_off, serve_on, ship  # noqa: E402
+from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey  # noqa: E402
 
 from compute_agents.checkpoint import TinySizes, create_tiny_model  # noqa: E402
 from compute_agents.engine import TorchEngine  # noqa: E402
+from compute_agents.manifest_signature import ManifestTrust, sign_manifest  # noqa: E402
 from compute_agents.spool import Spool  # noqa: E402
 from treemeter_records import private_key_from_seed  # noqa: E402
 
@@ -63,10 +65,13 @@ def main() -> None:
         sizes = TinySizes(
             hidden=args.hidden, layers=args.layers, experts=args.experts, moe_intermediate=args.hidden // 2
         )
-        create_tiny_model(model_dir, sizes)
+        manifest = create_tiny_model(model_dir, sizes)
+        publisher = Ed25519PrivateKey.generate()  # the bench publishes its own checkpoint
+        sign_manifest(model_dir, publisher)
+        trust = ManifestTrust.of(manifest["model_id"], publisher.public_key())
         threads = args.threads or None
-        on_engine = TorchEngine(model_dir, threads=threads, workers=args.workers)
-        off_engine = TorchEngine(model_dir, capture=False, threads=threads, workers=args.workers)
+        on_engine = TorchEngine(model_dir, trust=trust, threads=threads, workers=args.workers)
+        off_engine = TorchEngine(model_dir, trust=trust, capture=False, threads=threads, workers=args.workers)
         spool = Spool(Path(scratch) / "spool.sqlite3")
         key = private_key_from_seed(os.urandom(32))
         texts = prompts(args.requests)

@@ -24,8 +24,11 @@ import orjson
 ROOT = Path(__file__).resolve().parents[1]
 sys.path[0:1] = [str(ROOT)]
 
+from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey  # noqa: E402
+
 from compute_agents.checkpoint import TinySizes, create_tiny_model  # noqa: E402
 from compute_agents.engine import SamplingParams, TorchEngine, expert_counts  # noqa: E402
+from compute_agents.manifest_signature import ManifestTrust, sign_manifest  # noqa: E402
 from compute_agents.router import Rules  # noqa: E402
 from compute_agents.spool import Spool  # noqa: E402
 from treemeter_records import build_batch, make_record, private_key_from_seed  # noqa: E402
@@ -140,10 +143,13 @@ def main() -> None:
         sizes = TinySizes(
             hidden=args.hidden, layers=args.layers, experts=args.experts, moe_intermediate=args.hidden // 2
         )
-        create_tiny_model(model_dir, sizes)
-        parameters = sum(p.numel() for p in TorchEngine(model_dir).model.parameters())
-        on_engine = TorchEngine(model_dir, threads=args.threads)
-        off_engine = TorchEngine(model_dir, capture=False, threads=args.threads)
+        manifest = create_tiny_model(model_dir, sizes)
+        publisher = Ed25519PrivateKey.generate()  # the bench publishes its own checkpoint
+        sign_manifest(model_dir, publisher)
+        trust = ManifestTrust.of(manifest["model_id"], publisher.public_key())
+        parameters = sum(p.numel() for p in TorchEngine(model_dir, trust=trust).model.parameters())
+        on_engine = TorchEngine(model_dir, trust=trust, threads=args.threads)
+        off_engine = TorchEngine(model_dir, trust=trust, capture=False, threads=args.threads)
         spool = Spool(Path(scratch) / "spool.sqlite3")
         texts = prompts(args.requests)
         key = private_key_from_seed(os.urandom(32))

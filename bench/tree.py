@@ -76,7 +76,7 @@ def run(data_dir: Path, requests: int, lengths: list[int], overhead_requests: in
     from compute_agents.runtime import pin_platform_key
     from demo.server import start_api_server
     from demo.services import EXECUTOR_IDS, read_or_create_seed, seed_demo
-    from demo.tree import agent_command, free_port, model_dir, start_tree
+    from demo.tree import agent_command, free_port, model_dir, publish_model, start_tree
     from treemeter_records import private_key_from_seed, public_key_to_b64
 
     apply_migrations()
@@ -89,6 +89,7 @@ def run(data_dir: Path, requests: int, lengths: list[int], overhead_requests: in
     # model at capacities 2 and 8 (RSS: the demo's experts are too small, 0.1 MB each, to show in it).
     wide = data_dir / "wide-model"
     create_tiny_model(wide, TinySizes(hidden=512, layers=4, experts=16, moe_intermediate=256))
+    publish_model(wide, data_dir)
     outside = {"direct": (model_dir(data_dir), 8), "rss-2": (wide, 2), "rss-8": (wide, 8)}
     direct: dict[str, tuple[str, subprocess.Popen[bytes]]] = {}
     for label, (checkpoint, capacity) in outside.items():

@@ -16,9 +16,10 @@ from typing import Any
 from django.db import IntegrityError, transaction
 
 from accounts.access import Principal, scoped
+from ledger.receipts import ReceiptCheck, check_receipt
 from ledger.selectors import LedgerLookupError
 from pricing.errors import BillingError
-from treemeter_records.timeutil import unix_nanos
+from treemeter_records.timeutil import from_unix_nanos, unix_nanos
 
 from .evidence import Window, billed_usage, dispute_evidence, matching_records
 from .exports import period_ns
@@ -29,7 +30,9 @@ from .terms import Terms
 from .webhook_events import publish_dispute_updated
 
 
-def open_dispute(user: Any, line_id: int, reason: str, principal: Principal) -> Dispute:
+def open_dispute(
+    user: Any, line_id: int, reason: str, principal: Principal, receipt: ReceiptCheck | None = None
+) -> Dispute:
     """A customer disputes one line of a finalised invoice; the evidence is attached at once.
 
     Retry: a line has at most one open dispute; opening it again answers 409 dispute_open. A line a
@@ -51,6 +54,8 @@ def open_dispute(user: Any, line_id: int, reason: str, principal: Principal) -> 
             409, "line_settled", f"Line {line_id} was settled by dispute {settled.pk} ({settled.status})."
         )
     evidence = dispute_evidence(invoice, line)
+    if receipt is not None:
+        evidence["receipt"] = receipt.as_json()
     try:
         with transaction.atomic():
             dispute = Dispute.objects.create(
@@ -70,6 +75,59 @@ def open_dispute(user: Any, line_id: int, reason: str, principal: Principal) -> 
     )
     publish_dispute_updated(dispute, "opened")
     return dispute
+
+
+def open_receipt_dispute(user: Any, token: str, principal: Principal) -> Dispute:
+    """One call: a receipt whose record is not in the log after the contract's grace (or is logged with
+    another leaf hash) opens a dispute on the invoice of the record's month, the receipt and its check
+    attached as evidence. The line disputed is the invoice's first without an open dispute (the dispute
+    is about the whole invoice's completeness; a line has at most one open dispute).
+
+    409 ``receipt_not_evidence`` while the record is logged as promised or its grace runs;
+    409 ``no_final_invoice`` when the month has no finalised invoice yet. Retry: 409 ``dispute_open``
+    while a dispute opened with this receipt is open (a rejected one leaves the receipt open to a new one)."""
+    check = check_receipt(token, principal.tenant_code)
+    claims = check.receipt.claims
+    if not check.is_evidence:
+        raise LedgerLookupError(
+            409,
+            "receipt_not_evidence",
+            f"Record {claims['record_id']} is {check.status}"
+            + (f" (grace ends {check.grace_ends.isoformat()})" if check.status == "pending" else "")
+            + ": the receipt is not evidence of a missing record.",
+        )
+    instant = from_unix_nanos(claims["start_ns"])
+    invoice = (
+        Invoice.objects.filter(
+            contract__code=claims["contract"],
+            tenant__code=claims["tenant"],
+            period_start__lte=instant,
+            period_end__gt=instant,
+            status__in=(Invoice.Status.FINALIZED, Invoice.Status.PAID),
+        )
+        .order_by("-pk")
+        .first()
+    )
+    if invoice is None:
+        raise LedgerLookupError(
+            409, "no_final_invoice", f"Contract {claims['contract']} has no finalised invoice for that time."
+        )
+    opened = invoice.disputes.filter(
+        status=Dispute.Status.OPEN, evidence__receipt__claims__record_id=claims["record_id"]
+    ).first()
+    if opened is not None:
+        raise LedgerLookupError(409, "dispute_open", f"Dispute {opened.pk} on this receipt is open.")
+    line = invoice.lines.exclude(disputes__status=Dispute.Status.OPEN).order_by("pk").first()
+    if line is None:
+        raise LedgerLookupError(
+            409, "dispute_open", f"Every line of invoice {invoice.pk} has an open dispute."
+        )
+    what = "is not in the log" if check.status == "missing" else "is logged with another leaf hash"
+    reason = (
+        f"Receipt: record {claims['record_id']} (agent {claims['agent_id']}, seq {claims['seq']}) was "
+        f"served and receipted, and {what} after the grace period."
+    )
+    return open_dispute(user, line.pk, reason, principal, receipt=check)
 
 
 def line_left_to_credit(line: InvoiceLine) -> Decimal:

@@ -23,11 +23,11 @@ from rest_framework.views import APIView
 from accounts.access import PLATFORM, WRITE_BILLING, principal_of
 from common.fields import IdentifierField
 from ingest.outbox import store_pending
-from ledger.api import MAX_ID, AwareDateTimeField, answers_errors, seq_ranges
+from ledger.api import MAX_ID, AwareDateTimeField, ReceiptSerializer, answers_errors, seq_ranges
 from ledger.selectors import LedgerLookupError
 
 from . import completeness, evidence, exports
-from .disputes import open_dispute, resolve_dispute
+from .disputes import open_dispute, open_receipt_dispute, resolve_dispute
 from .evidence import Window
 from .models import Dispute
 
@@ -178,6 +178,22 @@ class DisputeListView(generics.ListAPIView):
         dispute = open_dispute(
             request.user, body.validated_data["line"], body.validated_data["reason"], principal_of(request)
         )
+        return Response(_dispute(dispute.pk), status=201)
+
+
+class ReceiptDisputeView(APIView):
+    """POST {"receipt": token}: open a dispute with a receipt whose record is missing from the log after
+    the contract's grace (``ledger.receipts``); 201 with the dispute. 409 ``receipt_not_evidence``,
+    ``no_final_invoice``, ``dispute_open`` (a retry while it is open)."""
+
+    write_roles = WRITE_BILLING
+
+    @extend_schema(request=ReceiptSerializer, responses={201: DisputeSerializer})
+    @answers_errors
+    def post(self, request: Request) -> Response:
+        body = ReceiptSerializer(data=request.data)
+        body.is_valid(raise_exception=True)
+        dispute = open_receipt_dispute(request.user, body.validated_data["receipt"], principal_of(request))
         return Response(_dispute(dispute.pk), status=201)
 
 

@@ -13,6 +13,7 @@ urlpatterns = [
         name="ledger-invoice-completeness",
     ),
     path("disputes", api.DisputeListView.as_view(), name="ledger-disputes"),
+    path("receipts/dispute", api.ReceiptDisputeView.as_view(), name="ledger-receipt-dispute"),
     path("disputes/<int:pk>", api.DisputeDetailView.as_view(), name="ledger-dispute"),
     path("disputes/<int:pk>/resolve", api.DisputeResolveView.as_view(), name="ledger-dispute-resolve"),
 ]

@@ -1,5 +1,6 @@
 """The OpenAI-compatible HTTP API (FastAPI): /v1/completions, /v1/chat/completions, /v1/models,
-/v1/models/{id}, /metrics. Every answer carries ``x-request-id`` (the request's record id) and every
+/v1/models/{id}, /metrics. Every answer carries ``x-request-id`` (the request's record id), every
+metered one its receipt (``Treemeter-Receipt``; a stream's in its last finish chunk), and every
 error OpenAI's shape, unknown paths and methods included. A client that goes away cancels its request:
 a stream when its connection closes, a whole answer while it is being generated."""
 
@@ -18,6 +19,7 @@ from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 from starlette.exceptions import HTTPException
 
 from treemeter_records import new_record_id
+from treemeter_records.receipts import RECEIPT_HEADER
 
 from .admission import model_not_found
 from .metering import Trip
@@ -48,6 +50,8 @@ def create_app(service: AgentService) -> FastAPI:
 
     def refused(error: ApiError, trip: Trip) -> Response:
         headers = {**error.headers, "x-request-id": trip.record_id}
+        if trip.receipt is not None:  # refused with a record (rejected, or an engine error): receipted too
+            headers[RECEIPT_HEADER] = trip.receipt
         return JSONResponse(error.body(), status_code=error.status, headers=headers)
 
     async def serve(request: Request, route: str) -> Response:
@@ -83,6 +87,8 @@ def create_app(service: AgentService) -> FastAPI:
         except ApiError as error:
             return refused(error, trip)
         headers = {"x-request-id": trip.record_id}
+        if trip.receipt is not None:
+            headers[RECEIPT_HEADER] = trip.receipt
         if trip.decision is not None and trip.experts:  # for the router's next preheats of this domain
             headers[EXPERTS_HEADER] = experts_header(trip.experts)
         return JSONResponse(answer, headers=headers)

@@ -36,6 +36,9 @@ from .synthetic import Workload, synthetic_records
 DEFAULT_KEY_FILE = "/var/lib/treemeter-agent/agent.key"
 DEFAULT_DATA_DIR = "/var/lib/treemeter-agent"
 DEFAULT_MODEL_DIR = "/var/lib/treemeter-agent/model"
+DEFAULT_PUBLISHER_KEY_FILE = (
+    "/var/lib/treemeter-agent/publisher.key"  # the model publisher's, not the agent's
+)
 
 
 def load_or_create_seed(path: Path) -> bytes:
@@ -95,6 +98,7 @@ def send_synthetic(args: argparse.Namespace) -> int:
 
 def create_model(args: argparse.Namespace) -> int:
     from .checkpoint import TinySizes, create_tiny_model
+    from .manifest_signature import sign_manifest
 
     sizes = TinySizes(
         hidden=args.hidden, layers=args.layers, experts=args.experts, top_k=args.top_k, vocab=args.vocab
@@ -106,7 +110,32 @@ def create_model(args: argparse.Namespace) -> int:
     print(f"model_id      {manifest['model_id']}")
     print(f"weights_sha3  {manifest['weights_sha3']}")
     print(f"experts       {len(manifest['experts'])} files in {Path(args.directory) / 'experts'}")
+    publisher = private_key_from_seed(load_or_create_seed(Path(args.publisher_key)))
+    _print_signed(manifest["model_id"], sign_manifest(Path(args.directory), publisher), publisher)
     return 0
+
+
+def sign_model(args: argparse.Namespace) -> int:
+    """The model publisher's step: sign a checkpoint's manifest as it is written."""
+    from .checkpoint import CheckpointError, read_manifest
+    from .manifest_signature import sign_manifest
+
+    try:
+        model_id = str(read_manifest(Path(args.directory))["model_id"])
+    except (CheckpointError, ValueError, KeyError) as error:
+        print(f"cannot sign: {error}", file=sys.stderr)
+        return 2
+    publisher = private_key_from_seed(load_or_create_seed(Path(args.publisher_key)))
+    _print_signed(model_id, sign_manifest(Path(args.directory), publisher), publisher)
+    return 0
+
+
+def _print_signed(model_id: str, key_id: str, publisher: Any) -> None:
+    print(f"signed by     {key_id}")
+    print(
+        f"Platform staff register the key: manage.py register_model_key {model_id} "
+        f"--public-key {public_key_to_b64(publisher)}"
+    )
 
 
 def register(args: argparse.Namespace) -> int:
@@ -162,16 +191,24 @@ def serve(args: argparse.Namespace) -> int:
     from .app import create_app
     from .entitlements import SnapshotError
     from .logs import configure_logging
-    from .runtime import build_agent
+    from .manifest_signature import ManifestRefused
+    from .runtime import build_agent, report_manifest_refusal
 
     configure_logging()
     _stop_cleanly_on_sigterm()
-    agent = build_agent(_settings(args), load_or_create_seed(Path(args.key_file)))
+    settings, seed = _settings(args), load_or_create_seed(Path(args.key_file))
     try:
+        agent = build_agent(settings, seed)
         agent.start()
     except SnapshotError as error:
         print(f"no entitlements: {error}", file=sys.stderr)
         return 1
+    except ManifestRefused as refused:
+        print(f"manifest refused ({refused.reason}): {refused}", file=sys.stderr)
+        unreported = report_manifest_refusal(settings, private_key_from_seed(seed), refused)
+        if unreported:
+            print(f"the refusal could not be reported: {unreported}", file=sys.stderr)
+        return 3
     server = uvicorn.Server(
         uvicorn.Config(create_app(agent.service), host=args.host, port=args.port, log_level="warning")
     )
@@ -385,6 +422,13 @@ def parser() -> argparse.ArgumentParser:
     create.add_argument("--top-k", type=int, default=2)
     create.add_argument("--vocab", type=int, default=1024)
     create.add_argument("--seed", type=int, default=0)
+    publisher_key = os.environ.get("TREEMETER_PUBLISHER_KEY_FILE", DEFAULT_PUBLISHER_KEY_FILE)
+    create.add_argument(
+        "--publisher-key", default=publisher_key, help="the publisher's Ed25519 seed; created if missing"
+    )
+    sign = commands.add_parser("sign-manifest", help="sign a checkpoint's manifest with the publisher key")
+    sign.add_argument("directory", nargs="?", default=model_dir)
+    sign.add_argument("--publisher-key", default=publisher_key)
 
     reg = commands.add_parser("register", help="pin the platform's key and print how to bind this agent")
     reg.add_argument("--platform-url", default=platform_url)
@@ -516,6 +560,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     commands = {
         "send-synthetic": send_synthetic,
         "create-model": create_model,
+        "sign-manifest": sign_model,
         "register": register,
         "serve": serve,
         "router": router,

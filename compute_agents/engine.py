@@ -22,10 +22,11 @@ from typing import Any, Protocol
 
 import torch
 
-from .checkpoint import MANIFEST, ExpertBlocks, chat_prompt, read_manifest, verify_weights
+from .checkpoint import MANIFEST, ExpertBlocks, chat_prompt, verify_weights
 from .decoding import Sampler, StepWatch, tokens_for_text
 from .expert_cache import CachedExperts, CacheStats, ExpertCache, RequestUse
 from .host import memory_in_use
+from .manifest_signature import ManifestTrust, signed_manifest
 
 
 @dataclass(frozen=True)
@@ -115,7 +116,8 @@ class PromptLayout:
 
 @dataclass(frozen=True)
 class CheckpointIdentity:
-    """A checkpoint's model id and weights fingerprint, the latter checked against its manifest."""
+    """A checkpoint's model id and weights fingerprint, the latter checked against its manifest, whose
+    publisher signature is checked first (``manifest_signature``): a refused manifest loads nothing."""
 
     manifest: dict[str, Any]
     model_id: str
@@ -124,8 +126,8 @@ class CheckpointIdentity:
     created: int  # the manifest's ``created``, else its file's modification time
 
     @classmethod
-    def load(cls, directory: Path) -> CheckpointIdentity:
-        manifest = read_manifest(directory)
+    def load(cls, directory: Path, trust: ManifestTrust) -> CheckpointIdentity:
+        manifest = signed_manifest(directory, trust)
         weights_sha3 = verify_weights(directory, manifest)
         model_id = str(manifest["model_id"])
         aliases = tuple(str(a) for a in manifest.get("aliases", ()) if a != model_id)
@@ -151,6 +153,7 @@ class TorchEngine(PromptLayout):
         self,
         directory: Path,
         *,
+        trust: ManifestTrust,
         cache_capacity: int | None = None,
         preheat: int | None = None,
         capture: bool = True,
@@ -166,7 +169,7 @@ class TorchEngine(PromptLayout):
         hf_logging.disable_progress_bar()
         if threads:
             torch.set_num_threads(threads)
-        checkpoint = CheckpointIdentity.load(directory)
+        checkpoint = CheckpointIdentity.load(directory, trust)
         manifest = checkpoint.manifest
         self.weights_sha3, self.model_id = checkpoint.weights_sha3, checkpoint.model_id
         self.served_names, self.created = checkpoint.served_names, checkpoint.created

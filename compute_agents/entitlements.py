@@ -31,6 +31,7 @@ from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey,
 
 from treemeter_records import protocol
 
+from .manifest_signature import ManifestTrust
 from .spool import Spool
 
 log = structlog.get_logger("compute_agents.entitlements")
@@ -72,6 +73,7 @@ class EntitlementStore:
         self.max_stale_s = max_stale_s
         self.http = http or httpx.Client(timeout=5.0)
         self.keys: dict[str, Entitlement] = {}
+        self.model_keys: list[dict[str, Any]] = []  # the publisher keys registered per model id
         self.issued_ns = 0
         self.refresh_s = 30.0
         self.clock_drift_us = 0
@@ -91,6 +93,7 @@ class EntitlementStore:
             k["key_hash"]: Entitlement(**{f: k[f] for f in Entitlement.__dataclass_fields__})
             for k in snapshot["keys"]
         }
+        self.model_keys = list(snapshot.get("model_keys", ()))
         self.issued_ns = snapshot["issued_ns"]
         self.refresh_s = float(snapshot.get("refresh_s", 30))
         return snapshot
@@ -117,8 +120,8 @@ class EntitlementStore:
             os.fsync(handle.fileno())
         tmp.replace(self.cache_path)
 
-    def start(self) -> None:
-        """Load a snapshot (platform first, else the disk cache), then refresh in the background."""
+    def load(self) -> None:
+        """Load a snapshot: the platform's, else the disk cache's (an agent starts while it is away)."""
         try:
             self.refresh()
         except SnapshotError as error:
@@ -126,6 +129,11 @@ class EntitlementStore:
                 raise SnapshotError(f"{error}; and no cached snapshot at {self.cache_path}") from None
             self._install(json.loads(self.cache_path.read_text()))
             log.warning("snapshot_from_cache", error=str(error), issued_ns=self.issued_ns)
+
+    def start(self) -> None:
+        """Load a snapshot unless one is loaded, then refresh in the background."""
+        if not self.issued_ns:
+            self.load()
         threading.Thread(target=self._refresh_loop, name="entitlements", daemon=True).start()
 
     def stop(self) -> None:
@@ -143,6 +151,10 @@ class EntitlementStore:
 
     def stale(self) -> bool:
         return self.age_s() > self.max_stale_s
+
+    def manifest_trust(self) -> ManifestTrust:
+        """Whose signature a checkpoint manifest needs: the keys the platform registered for its model."""
+        return ManifestTrust.from_entries(self.model_keys)
 
     def lookup(self, api_key: str) -> Entitlement | None:
         return self.keys.get(protocol.api_key_hash(api_key))

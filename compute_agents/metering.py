@@ -14,6 +14,7 @@ import torch
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 
 from treemeter_records import make_record, new_record_id, sign_record
+from treemeter_records.receipts import make_receipt
 
 from .engine import Engine, Generation, expert_counts
 from .entitlements import Entitlement, EntitlementStore, Reservation
@@ -38,6 +39,7 @@ class Trip:
     decision: dict[str, Any] | None = None
     l1_before_us: int = 0
     experts: list[dict[str, int]] = field(default_factory=list)  # the record's, once recorded
+    receipt: str | None = None  # the record's receipt (treemeter_records.receipts), once recorded
 
     @classmethod
     def routed(cls, route: str, client_request_id: str, routed: Routed) -> Trip:
@@ -178,6 +180,8 @@ class Meter:
             raise ApiError(503, "server_error", "spool_full", str(full)) from None
         self._observe(trip, record, bool(choices))
         trip.experts = record["experts"]
+        if self.identity.key is not None:
+            trip.receipt = make_receipt(self.identity.key, record)
         return record
 
     def _observe(self, trip: Trip, record: dict[str, Any], generated: bool) -> None:

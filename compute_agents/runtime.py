@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import json
+import time
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -10,9 +12,11 @@ from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 
 from treemeter_records import IngestClient, private_key_from_seed, protocol, public_key_from_b64
 
+from .checkpoint import MANIFEST, sha3_file
 from .engine import Engine, SamplingParams, TorchEngine
 from .entitlements import EntitlementStore
 from .leases import LeaseClient, LeasedQuotaBook
+from .manifest_signature import ManifestRefused
 from .metrics import AgentMetrics
 from .router import DEFAULT_SUBTREE, Rules
 from .service import AgentIdentity, AgentService
@@ -98,6 +102,38 @@ def pin_platform_key(platform_url: str, data_dir: Path) -> str:
     return public_key
 
 
+def report_manifest_refusal(
+    settings: AgentSettings, key: Ed25519PrivateKey, refused: ManifestRefused
+) -> str | None:
+    """Tell the platform that this agent refused its checkpoint's manifest (stored, counted, shown to
+    staff); returns why it could not be told, else None. The agent exits either way."""
+    body = json.dumps(
+        {
+            "model_id": refused.model_id,
+            "reason": refused.reason,
+            "key_id": refused.key_id,
+            "manifest_sha3": sha3_file(settings.model_dir / MANIFEST),
+            "refused_ns": time.time_ns(),
+        }
+    ).encode()
+    path = protocol.MANIFEST_REFUSALS_PATH
+    headers = protocol.signed_headers(key, settings.agent_id, "POST", path, body)
+    try:
+        answer = httpx.post(
+            settings.platform_url.rstrip("/") + path,
+            content=body,
+            headers={**headers, "Content-Type": "application/json"},
+            timeout=10,
+        )
+    except httpx.HTTPError as error:
+        return f"platform unreachable: {error}"
+    return (
+        None
+        if answer.status_code in (200, 201)
+        else f"platform answered {answer.status_code}: {answer.text[:200]}"
+    )
+
+
 def open_entitlements(
     platform_url: str, agent_id: str, key: Ed25519PrivateKey, data_dir: Path
 ) -> EntitlementStore:
@@ -127,6 +163,8 @@ def open_shipper(
 def build_agent(settings: AgentSettings, seed: bytes) -> Agent:
     key = private_key_from_seed(seed)
     entitlements = open_entitlements(settings.platform_url, settings.agent_id, key, settings.data_dir)
+    entitlements.load()  # before the checkpoint: its manifest's signature is checked with the snapshot's keys
+    trust = entitlements.manifest_trust()
     spool = Spool(settings.data_dir / "spool.sqlite3", max_records=settings.spool_max_records)
     metrics = AgentMetrics(spool.status, entitlements.age_s)
     engine: Engine
@@ -135,12 +173,14 @@ def build_agent(settings: AgentSettings, seed: bytes) -> Agent:
 
         engine = VllmEngine(
             settings.model_dir,
+            trust=trust,
             capture=settings.vllm_capture,
             on_invalid_capture=metrics.routed_experts_invalid.inc,
         )
     else:
         engine = TorchEngine(
             settings.model_dir,
+            trust=trust,
             cache_capacity=settings.cache_capacity,
             preheat=settings.preheat,
             threads=settings.threads,

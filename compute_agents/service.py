@@ -78,7 +78,8 @@ class AgentService:
         admitted = self._admit(trip, entitlement, body)
         choices, record = self._run(trip, entitlement, admitted, cancelled)
         texts = [(choice.text, choice.finish_reason) for choice in choices]
-        return wire.answer(trip.route, trip.start_ns // 1_000_000_000, self.engine.model_id, texts, record)
+        created = trip.start_ns // 1_000_000_000
+        return wire.answer(trip.route, created, self.engine.model_id, texts, record, trip.receipt)
 
     def stream(
         self, trip: Trip, entitlement: Entitlement, body: Any, emit: Emit, cancelled: threading.Event
@@ -122,7 +123,7 @@ class AgentService:
             for index, choice in enumerate(choices):
                 finish = chunks.choice(index, None, choice.finish_reason)
                 if index == len(choices) - 1:
-                    finish["treemeter"] = wire.treemeter_ref(record)
+                    finish["treemeter"] = wire.treemeter_ref(record, trip.receipt)
                 emit(wire.sse(finish))
             if request.include_usage:
                 emit(wire.sse(chunks.usage(record)))

@@ -38,6 +38,7 @@ import torch
 
 from .decoding import tokens_for_text
 from .engine import CheckpointIdentity, Generation, PromptLayout, RoutingCaptureInvalid, SamplingParams
+from .manifest_signature import ManifestTrust
 
 log = structlog.get_logger("compute_agents.vllm_engine")
 
@@ -97,6 +98,7 @@ class VllmEngine(PromptLayout):
         self,
         directory: Path,
         *,
+        trust: ManifestTrust,
         max_model_len: int = 1024,
         capture: str = "auto",
         on_invalid_capture: Callable[[], None] | None = None,
@@ -110,7 +112,7 @@ class VllmEngine(PromptLayout):
 
         self.capture = resolve_capture(capture, vllm.__version__, current_platform.is_cuda_alike())
         self.on_invalid_capture = on_invalid_capture
-        checkpoint = CheckpointIdentity.load(directory)
+        checkpoint = CheckpointIdentity.load(directory, trust)
         self.weights_sha3, self.model_id = checkpoint.weights_sha3, checkpoint.model_id
         self.served_names, self.created = checkpoint.served_names, checkpoint.created
         self.max_model_len = max_model_len

@@ -46,9 +46,11 @@ def usage(record: dict[str, Any]) -> dict[str, Any]:
     }
 
 
-def treemeter_ref(record: dict[str, Any]) -> dict[str, Any]:
-    """The record an answer was metered as."""
-    return {"seq": record["seq"], "record_id": record["record_id"]}
+def treemeter_ref(record: dict[str, Any], receipt: str | None) -> dict[str, Any]:
+    """The record an answer was metered as, and its receipt (treemeter_records.receipts) when the agent
+    signs them."""
+    ref = {"seq": record["seq"], "record_id": record["record_id"]}
+    return ref if receipt is None else {**ref, "receipt": receipt}
 
 
 def response_id(route: str, record_id: str) -> str:
@@ -57,7 +59,12 @@ def response_id(route: str, record_id: str) -> str:
 
 
 def answer(
-    route: str, created: int, model: str, choices: Sequence[tuple[str, str]], record: dict[str, Any]
+    route: str,
+    created: int,
+    model: str,
+    choices: Sequence[tuple[str, str]],
+    record: dict[str, Any],
+    receipt: str | None,
 ) -> dict[str, Any]:
     """A whole completion (not streamed); ``choices`` are (text, finish reason)."""
     chat = route == CHAT_ROUTE
@@ -73,7 +80,7 @@ def answer(
             for index, (text, finish) in enumerate(choices)
         ],
         "usage": usage(record),
-        "treemeter": treemeter_ref(record),
+        "treemeter": treemeter_ref(record, receipt),
     }
 
 

@@ -86,6 +86,14 @@ ROLES: dict[str, Promise] = {
     "read_only": _("Read-only"),
 }
 
+RECEIPT_STATUSES: dict[str, Promise] = {  # ledger.receipts
+    "included": _("In the log, in a signed checkpoint"),
+    "logged": _("In the log, not yet checkpointed"),
+    "pending": _("Not in the log yet (grace period runs)"),
+    "missing": _("Missing from the log"),
+    "mismatch": _("Logged with another leaf hash"),
+}
+
 DISPUTE_ACTIONS: dict[str, Promise] = {
     "opened": _("Opened"),
     "evidence_attached": _("Evidence attached"),

@@ -2,7 +2,7 @@
 
 from django.urls import path
 
-from .views import catalog, contracts, home, invoices, keys, pdfs, records, sla, usage, webhooks
+from .views import catalog, contracts, home, invoices, keys, pdfs, receipts, records, sla, usage, webhooks
 
 urlpatterns = [
     path("", home.home, name="portal-home"),
@@ -27,6 +27,8 @@ urlpatterns = [
     path("credit-notes/<int:pk>/pdf", pdfs.note_pdf, name="portal-note-pdf"),
     path("disputes/", invoices.dispute_list, name="portal-disputes"),
     path("disputes/<int:pk>", invoices.dispute_detail, name="portal-dispute"),
+    path("receipts/", receipts.receipt_check, name="portal-receipts"),
+    path("receipts/dispute", receipts.receipt_dispute, name="portal-receipt-dispute"),
     path("sla-reports/", sla.report_list, name="portal-sla-reports"),
     path("outages/<int:pk>/appeal", sla.appeal_outage, name="portal-outage-appeal"),
     path("sla-reports/<int:pk>", sla.report_detail, name="portal-sla-report"),

@@ -88,6 +88,9 @@ FILLERS: dict[str, Fill] = {
     "outcome-revoke": Fill(lambda d: {"pk": d.outcome.pk}),
     # entitlements and agents
     "agent-register": Fill(),
+    "model-publisher-keys": Fill(),
+    "model-manifest-refusals": Fill(),
+    "agent-manifest-refusals": Fill(),
     "api-key-issue": Fill(),
     "api-key-revoke": Fill(lambda d: {"prefix": d.api_key.prefix}),
     # Agent-signed (PUBLIC below): no session or token reaches them; the lease id is any UUID.
@@ -117,6 +120,8 @@ FILLERS: dict[str, Fill] = {
     "ledger-completeness": Fill(lambda d: {"agent_id": d.agent.agent_id}, query=_window),
     "ledger-events": Fill(),
     "ledger-disputes": Fill(),
+    "ledger-receipt-check": Fill(body=lambda d: {"receipt": d.receipt}),
+    "ledger-receipt-dispute": Fill(body=lambda d: {"receipt": d.missing_receipts[0]}),
     "ledger-dispute": Fill(lambda d: {"pk": d.dispute.pk}),
     "ledger-dispute-resolve": Fill(
         lambda d: {"pk": d.dispute.pk}, body=lambda _: {"decision": "accept", "comment": "mine now"}
@@ -176,6 +181,8 @@ FILLERS: dict[str, Fill] = {
     "portal-sla-report": Fill(lambda d: {"pk": d.sla_report.pk}),
     "portal-sla-report-pdf": Fill(lambda d: {"pk": d.sla_report.pk}),
     "portal-outage-appeal": Fill(lambda d: {"pk": d.outage.pk}),
+    "portal-receipts": Fill(body=lambda d: {"receipt": d.receipt}),
+    "portal-receipt-dispute": Fill(body=lambda d: {"receipt": d.missing_receipts[1]}),
     "portal-keys": Fill(),
     "portal-key-revoke": Fill(lambda d: {"prefix": d.api_key.prefix}),
     "portal-webhooks": Fill(),
@@ -191,6 +198,7 @@ PUBLIC: dict[str, str] = {
     "entitlements-lease-grant": "agents authenticate by a signed request, the body's hash included",
     "entitlements-lease-settle": "agents authenticate by a signed request, the body's hash included",
     "agents-scheduler-events": "an L1 router authenticates by a signed request, the body's hash included",
+    "agent-manifest-refusals": "an agent authenticates by a signed request, the body's hash included",
     "stripe-webhook": "Stripe authenticates by the Stripe-Signature header",
     "ledger-checkpoint-key": "the public key that signs the log's checkpoints, published on purpose",
     "ledger-latest-checkpoint": "the log's latest signed checkpoint: its size and root, for witnesses",

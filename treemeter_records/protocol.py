@@ -38,6 +38,10 @@ LEASES_PATH = "/v1/entitlements/leases"
 # request: ``{"events": [{"id", "kind", "at_ns", "subtree", "reason", "figures", "executor"?, "lender"?}]}``.
 SCHEDULER_EVENTS_PATH = "/v1/agents/scheduler-events"
 SCHEDULER_EVENTS_MAX = 500  # events in one post
+# An agent that refused a checkpoint manifest (compute_agents.manifest_signature) says so before it exits,
+# signed like any agent request: ``{"model_id", "reason", "key_id", "manifest_sha3", "refused_ns"}``.
+MANIFEST_REFUSALS_PATH = "/v1/agents/manifest-refusals"
+MANIFEST_REFUSAL_REASONS = ("unsigned", "malformed_signature", "unknown_key", "bad_signature")
 HEADER_AGENT = "X-Treemeter-Agent"
 HEADER_KEY_ID = "X-Treemeter-Key-Id"
 HEADER_TIMESTAMP = "X-Treemeter-Timestamp"

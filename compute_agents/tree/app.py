@@ -17,6 +17,7 @@ from starlette.background import BackgroundTask
 from starlette.exceptions import HTTPException
 
 from treemeter_records import new_record_id
+from treemeter_records.receipts import RECEIPT_HEADER
 
 from ..admission import model_not_found
 from ..app import http_error
@@ -29,7 +30,7 @@ from .preparation import EXPERTS_HEADER
 from .registry import HeartbeatError
 from .service import RouterService, Routing
 
-RELAYED_HEADERS = ("content-type", "x-request-id", "retry-after", "x-should-retry")
+RELAYED_HEADERS = ("content-type", "x-request-id", "retry-after", "x-should-retry", RECEIPT_HEADER.lower())
 
 
 def create_router_app(service: RouterService, client: ExecutorClient, jobs: JobsApi | None = None) -> FastAPI:

@@ -74,6 +74,11 @@ def status_label(code: str) -> str:
 
 
 @register.filter
+def receipt_status_label(code: str) -> str:
+    return labels.label(labels.RECEIPT_STATUSES, code)
+
+
+@register.filter
 def kind_label(code: str) -> str:
     return labels.label(labels.LINE_KINDS, code)
 

@@ -4,7 +4,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from .models import AgentBinding, AgentKey
+from django.db.models import QuerySet
+
+from .models import AgentBinding, AgentKey, ManifestRefusal, ModelPublisherKey
 
 
 @dataclass(frozen=True)
@@ -34,3 +36,13 @@ def agent_scope(agent_pk: int) -> Scope:
         elif tenants.get(tenant_code, set()) is not None:
             tenants.setdefault(tenant_code, set()).add(contract_code)  # type: ignore[union-attr]
     return Scope({t: (None if c is None else frozenset(c)) for t, c in tenants.items()})
+
+
+def model_keys_in_force() -> list[ModelPublisherKey]:
+    """The publisher keys agents accept, every model's, revoked ones left out."""
+    return list(ModelPublisherKey.objects.filter(revoked_at__isnull=True).order_by("model_id", "key_id"))
+
+
+def manifest_refusals() -> QuerySet[ManifestRefusal]:
+    """The checkpoint manifests agents refused, newest first."""
+    return ManifestRefusal.objects.select_related("agent")

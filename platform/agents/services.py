@@ -5,6 +5,7 @@ from __future__ import annotations
 import base64
 import binascii
 from collections.abc import Iterable
+from datetime import datetime
 
 from django.db import transaction
 from django.utils import timezone
@@ -12,9 +13,10 @@ from django.utils import timezone
 from accounts.models import Tenant
 from common.errors import ApiError
 from contracts.models import Contract
+from metrics.instruments import MANIFEST_REFUSALS
 from treemeter_records import key_id_for
 
-from .models import Agent, AgentBinding, AgentKey
+from .models import Agent, AgentBinding, AgentKey, ManifestRefusal, ModelPublisherKey
 
 
 class AgentRegistrationError(ApiError, ValueError):
@@ -91,3 +93,32 @@ def revoke_key(key_id: str) -> AgentKey:
         key.revoked_at = timezone.now()
         key.save(update_fields=["revoked_at"])
     return key
+
+
+def register_model_key(*, model_id: str, public_key_b64: str) -> tuple[ModelPublisherKey, bool]:
+    """Register a model publisher's public key for ``model_id``: agents then load that model's checkpoints
+    whose manifest it signed. Returns the key and whether it is new.
+
+    Idempotent: the same key for the same model again changes nothing (a revoked one stays revoked)."""
+    raw = decode_public_key(public_key_b64)
+    key, created = ModelPublisherKey.objects.get_or_create(
+        model_id=model_id, key_id=key_id_for(raw), defaults={"public_key": public_key_b64}
+    )
+    return key, created
+
+
+def record_manifest_refusal(
+    *, agent: Agent, model_id: str, reason: str, key_id: str, manifest_sha3: str, refused_at: datetime
+) -> tuple[ManifestRefusal, bool]:
+    """Store an agent's report of a refused manifest and count it; returns it and whether it is new.
+
+    A retry of the same report (same agent, manifest and time) stores and counts nothing more."""
+    refusal, created = ManifestRefusal.objects.get_or_create(
+        agent=agent,
+        manifest_sha3=manifest_sha3,
+        refused_at=refused_at,
+        defaults={"model_id": model_id, "reason": reason, "key_id": key_id},
+    )
+    if created:
+        MANIFEST_REFUSALS.labels(reason).inc()
+    return refusal, created

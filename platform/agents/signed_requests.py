@@ -2,7 +2,7 @@
 
 The agent signs ``METHOD PATH\\nTIMESTAMP_NS`` (and the body's SHA-256 unless it is a GET) with its
 Ed25519 key; the signature is the authentication, so no session, token or CSRF applies. Used by the quota
-lease endpoints (entitlements) and the routers' scheduler events (scheduling).
+lease endpoints (entitlements), the routers' scheduler events (scheduling) and the manifest refusals.
 """
 
 from __future__ import annotations
@@ -10,6 +10,8 @@ from __future__ import annotations
 import time
 
 from django.http import HttpRequest, JsonResponse
+from drf_spectacular.types import OpenApiTypes
+from drf_spectacular.utils import OpenApiParameter
 
 from common.errors import error_response
 from treemeter_records import protocol, public_key_from_b64
@@ -18,6 +20,20 @@ from .models import AgentKey
 from .selectors import key_with_agent
 
 REQUEST_WINDOW_NS = 300 * 10**9
+# The signed request's headers, as the OpenAPI schema of every agent-signed view names them.
+SIGNATURE_HEADERS = [
+    OpenApiParameter(name, OpenApiTypes.STR, OpenApiParameter.HEADER, required=True, description=text)
+    for name, text in (
+        (protocol.HEADER_AGENT, "The agent's id."),
+        (protocol.HEADER_KEY_ID, "The id of the agent key that signed the request."),
+        (protocol.HEADER_TIMESTAMP, "Unix nanoseconds when it was signed; at most 300 s off."),
+        (
+            protocol.HEADER_SIGNATURE,
+            "Base64 Ed25519 signature of the method, path, timestamp and the body's SHA-256 "
+            "(treemeter_records.protocol.sign_request).",
+        ),
+    )
+]
 
 
 def signed_agent_key(request: HttpRequest) -> AgentKey | JsonResponse:

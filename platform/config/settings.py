@@ -267,6 +267,7 @@ SPECTACULAR_SETTINGS = {
     "ENUM_NAME_OVERRIDES": {
         "InvoiceStatusEnum": "billing.models.Invoice.Status",
         "SlaReportStatusEnum": "sla.models.SlaReport.Status",
+        "ManifestRefusalReasonEnum": "treemeter_records.protocol.MANIFEST_REFUSAL_REASONS",
     },
 }
 

@@ -22,6 +22,7 @@ urlpatterns = [
     path("v1/ingest/batches", ingest_batches, name="ingest-batches"),
     path("metrics", metrics, name="metrics"),
     path("v1/agents", AgentRegistrationView.as_view(), name="agent-register"),
+    path("v1/", include("agents.urls")),  # model publisher keys; agents' manifest refusals
     path("v1/", include("scheduling.urls")),  # a router's scheduler events (protocol.SCHEDULER_EVENTS_PATH)
     path("v1/invoices/<int:pk>", InvoiceDetailView.as_view(), name="invoice-detail"),
     path("v1/", include("billing.urls")),

@@ -22,13 +22,15 @@ from typing import Any
 
 import httpx
 
+from agents.services import register_model_key
 from compute_agents.checkpoint import MANIFEST, create_tiny_model, read_manifest
 from compute_agents.classifier.train import train_bundle
 from compute_agents.default_rules import DEFAULT_RULES
+from compute_agents.manifest_signature import SIGNATURE_FILE, sign_manifest
 from compute_agents.runtime import pin_platform_key
 from treemeter_records import private_key_from_seed, public_key_to_b64
 
-from .services import EXECUTOR_IDS, ROUTER_ID, DemoSetup
+from .services import EXECUTOR_IDS, ROUTER_ID, DemoSetup, read_or_create_seed
 
 START_TIMEOUT_S = 120
 DEFAULT, BATCH = EXECUTOR_IDS[:2], EXECUTOR_IDS[2:3]  # started with the tree
@@ -92,11 +94,23 @@ class RunningTree:
 
 
 def model_dir(data_dir: Path) -> Path:
-    """The tiny checkpoint, created once and kept in the data dir."""
+    """The tiny checkpoint, created once and kept in the data dir, published (``publish_model``)."""
     directory = data_dir / "agent" / "model"
     if not (directory / MANIFEST).exists():
         create_tiny_model(directory)
+    publish_model(directory, data_dir)
     return directory
+
+
+def publish_model(directory: Path, data_dir: Path) -> None:
+    """Sign the checkpoint's manifest (once) as the demo's model publisher, and register the publisher's key
+    for its model, as platform staff would: the executors refuse an unsigned manifest."""
+    publisher = private_key_from_seed(read_or_create_seed(data_dir / "publisher-key"))
+    if not (directory / SIGNATURE_FILE).exists():
+        sign_manifest(directory, publisher)
+    register_model_key(
+        model_id=str(read_manifest(directory)["model_id"]), public_key_b64=public_key_to_b64(publisher)
+    )
 
 
 def demo_rules() -> dict[str, Any]:

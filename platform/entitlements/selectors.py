@@ -9,7 +9,7 @@ from django.db.models import QuerySet
 
 from accounts.access import Principal, scoped
 from agents.models import AgentKey
-from agents.selectors import agent_scope
+from agents.selectors import agent_scope, model_keys_in_force
 from contracts.models import Contract
 from treemeter_records.protocol import SNAPSHOT_VERSION
 
@@ -32,7 +32,8 @@ def visible_api_keys(principal: Principal) -> QuerySet[ApiKey]:
 
 
 def entitlement_snapshot(agent_key: AgentKey) -> dict[str, Any]:
-    """Every API key of the contracts this agent may report for (and only those), with its binding."""
+    """Every API key of the contracts this agent may report for (and only those), with its binding; and
+    the model publisher keys in force, whose signature an agent needs on a checkpoint's manifest."""
     scope = agent_scope(agent_key.agent_id)
     keys = ApiKey.objects.select_related("tenant", "contract__package").filter(
         tenant__code__in=list(scope.tenants)
@@ -57,5 +58,9 @@ def entitlement_snapshot(agent_key: AgentKey) -> dict[str, Any]:
             }
             for k in keys
             if scope.allows(k.tenant.code, k.contract.code)
+        ],
+        "model_keys": [
+            {"model_id": m.model_id, "key_id": m.key_id, "public_key": m.public_key}
+            for m in model_keys_in_force()
         ],
     }

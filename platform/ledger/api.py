@@ -31,10 +31,13 @@ from rest_framework.response import Response
 from rest_framework.views import APIView
 
 from accounts.access import principal_of
+from accounts.models import Role
 from common.errors import error_response
+from treemeter_records.receipts import RECEIPT_MAX_CHARS
 
 from . import selectors
 from .models import Checkpoint, LedgerEvent
+from .receipts import RECEIPT_STATUSES, check_receipt
 from .services import CheckpointRefused, publish_checkpoint
 
 MAX_ID = 2**63 - 1  # PostgreSQL bigint
@@ -254,3 +257,49 @@ class LedgerEventListView(generics.ListAPIView):
     permission_classes = [IsAdminUser]
     serializer_class = LedgerEventSerializer
     queryset = LedgerEvent.objects.all()
+
+
+class ReceiptSerializer(serializers.Serializer):
+    receipt = serializers.CharField(
+        max_length=RECEIPT_MAX_CHARS, trim_whitespace=True, help_text="The Treemeter-Receipt token."
+    )
+
+
+class ReceiptClaimsSerializer(serializers.Serializer):
+    v = serializers.IntegerField()
+    record_id = serializers.CharField()
+    agent_id = serializers.CharField()
+    seq = serializers.IntegerField()
+    leaf_hash = serializers.CharField(help_text="Hex SHA-256(0x00 ‖ canonical record).")
+    tenant = serializers.CharField()
+    contract = serializers.CharField()
+    start_ns = serializers.IntegerField()
+
+
+class ReceiptCheckSerializer(serializers.Serializer):
+    claims = ReceiptClaimsSerializer()
+    key_id = serializers.CharField(help_text="The agent key that signed the receipt.")
+    status = serializers.ChoiceField(choices=RECEIPT_STATUSES, help_text="ledger.receipts: what each means.")
+    grace_ends = serializers.DateTimeField(help_text="When the contract's grace for the record's month ends.")
+    record = serializers.JSONField(allow_null=True, help_text="The stored record (logged ones only).")
+    line = serializers.CharField(allow_null=True, help_text="Its canonical line, whose leaf hash it is.")
+    inclusion = InclusionProofSerializer(allow_null=True, help_text="Against the latest checkpoint.")
+
+
+class ReceiptCheckView(APIView):
+    """Check a receipt against the log: its signature by the agent it names, then whether its record is
+    logged with the promised leaf hash, with the inclusion proof (``treemeter-verify receipt --proof``
+    checks this answer offline). A read: posting it again changes nothing.
+
+    400 ``invalid_receipt`` (not a receipt, or not signed by its agent's key); 404 ``unknown_receipt`` for
+    another tenant's receipt."""
+
+    write_roles = tuple(Role)  # a read sent as a POST (the token is the body): every role may check
+
+    @extend_schema(request=ReceiptSerializer, responses={200: ReceiptCheckSerializer})
+    @answers_errors
+    def post(self, request: Request) -> Response:
+        body = ReceiptSerializer(data=request.data)
+        body.is_valid(raise_exception=True)
+        check = check_receipt(body.validated_data["receipt"], principal_of(request).tenant_code)
+        return Response(ReceiptCheckSerializer(check.as_json()).data)

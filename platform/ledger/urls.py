@@ -10,6 +10,7 @@ urlpatterns = [
     path("checkpoint-key", api.CheckpointKeysView.as_view(), name="ledger-checkpoint-key"),
     path("checkpoints/<int:size>", api.CheckpointDetailView.as_view(), name="ledger-checkpoint"),
     path("records/<uuid:record_id>/inclusion", api.InclusionProofView.as_view(), name="ledger-inclusion"),
+    path("receipts/check", api.ReceiptCheckView.as_view(), name="ledger-receipt-check"),
     path("consistency", api.ConsistencyProofView.as_view(), name="ledger-consistency"),
     path("events", api.LedgerEventListView.as_view(), name="ledger-events"),
 ]

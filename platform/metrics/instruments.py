@@ -40,3 +40,9 @@ INVOICE_RUN_CONTRACTS = Gauge(
     ["state"],
     multiprocess_mode="mostrecent",
 )
+MANIFEST_REFUSALS = Counter(
+    "treemeter_manifest_refusals",
+    "Checkpoint manifests agents refused to load, by reason (unsigned, malformed_signature, unknown_key, "
+    "bad_signature), as the agents reported them.",
+    ["reason"],
+)

@@ -7,32 +7,16 @@ from __future__ import annotations
 from typing import Any
 
 from django.http import JsonResponse
-from drf_spectacular.types import OpenApiTypes
-from drf_spectacular.utils import OpenApiParameter, extend_schema
+from drf_spectacular.utils import extend_schema
 from rest_framework.permissions import AllowAny
 from rest_framework.request import Request
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
-from agents.signed_requests import signed_agent_key
-from treemeter_records import protocol
+from agents.signed_requests import SIGNATURE_HEADERS, signed_agent_key
 
 from .serializers import SchedulerEventsAnswerSerializer, SchedulerEventsSerializer, validated_events
 from .services import ensure_router, record_scheduler_events
-
-SIGNATURE_HEADERS = [
-    OpenApiParameter(name, OpenApiTypes.STR, OpenApiParameter.HEADER, required=True, description=text)
-    for name, text in (
-        (protocol.HEADER_AGENT, "The router's agent id."),
-        (protocol.HEADER_KEY_ID, "The id of the agent key that signed the request."),
-        (protocol.HEADER_TIMESTAMP, "Unix nanoseconds when it was signed; at most 300 s off."),
-        (
-            protocol.HEADER_SIGNATURE,
-            "Base64 Ed25519 signature of the method, path, timestamp and the body's SHA-256 "
-            "(treemeter_records.protocol.sign_request).",
-        ),
-    )
-]
 
 
 class SchedulerEventsView(APIView):

@@ -163,6 +163,24 @@ WRITERS = [
          "host_class": "agents.Agent.host_class"},
     ),
     Writer(
+        "post", "/v1/models/publisher-keys", "staff",
+        lambda w: {
+            "model_id": "limits-model",
+            "public_key": public_key_to_b64(private_key_from_seed(os.urandom(32))),
+        },
+        {"model_id": "agents.ModelPublisherKey.model_id",
+         "public_key": "agents.ModelPublisherKey.public_key"},
+    ),
+    Writer(
+        "post", protocol.MANIFEST_REFUSALS_PATH, "agent",
+        lambda w: {
+            "model_id": "limits-model", "reason": "unknown_key", "key_id": "ed25519:0123456789abcdef",
+            "manifest_sha3": "ab" * 32, "refused_ns": time.time_ns(),
+        },
+        {"model_id": "agents.ManifestRefusal.model_id", "key_id": "agents.ManifestRefusal.key_id",
+         "manifest_sha3": "agents.ManifestRefusal.manifest_sha3"},
+    ),
+    Writer(
         "put", "/v1/contracts/{contract}/metrics/{metric}", "staff",
         lambda w: {"name": "Weighted", "expression": "distinct_experts * hops"},
         {"path:metric": "contracts.ContractMetric.code", "name": "contracts.ContractMetric.name"},
@@ -250,6 +268,7 @@ NOT_FROM_REST = {
     "contracts.Contract.issuing_entity": "set in the admin (not a PATCH term)",
     "agents.Agent.name": "set in the admin",
     "agents.AgentKey.key_id": "derived from the public key",
+    "agents.ModelPublisherKey.key_id": "derived from the public key",
     "billing.Invoice.currency": "the contract's",
     "billing.Invoice.issuing_entity": "the contract's",
     "billing.Invoice.number": "made by the platform",

@@ -7,6 +7,7 @@ import re
 import time
 from datetime import UTC, datetime, timedelta
 from decimal import Decimal
+from pathlib import Path
 from typing import Any
 
 import httpx
@@ -159,6 +160,33 @@ def test_a_billing_member_disputes_an_invoice_line(page: Page, shots: Shots) -> 
     page.get_by_test_id("dispute-opened").click()
     expect(page.get_by_text("Our gateway counted 5 requests, not 6.")).to_be_visible()
     shots("dispute with its evidence")
+
+
+def test_a_billing_member_uploads_receipts_and_disputes_a_missing_record(
+    page: Page, shots: Shots, tmp_path: Path
+) -> None:
+    alpha = build_tenant("alpha")
+    sign_in(page, alpha.users[Role.BILLING].username, PASSWORD)
+    page.get_by_test_id("nav-disputes").click()
+    page.get_by_test_id("receipts-link").click()
+    page.get_by_test_id("receipt-text").fill(alpha.receipt)
+    page.get_by_test_id("receipt-submit").click()
+    expect(page.get_by_test_id("receipt-status")).to_have_text("In the log, in a signed checkpoint")
+    expect(page.get_by_test_id("receipt-checkpoint")).to_contain_text("treemeter")
+    shots("a logged receipt with its record and proof")
+
+    upload = tmp_path / "receipt.txt"
+    upload.write_text(alpha.missing_receipts[0] + "\n")
+    page.get_by_test_id("receipt-text").fill("")
+    page.get_by_test_id("receipt-file").set_input_files(str(upload))
+    page.get_by_test_id("receipt-submit").click()
+    expect(page.get_by_test_id("receipt-status")).to_have_text("Missing from the log")
+    shots("a missing record's receipt, uploaded")
+    page.get_by_test_id("receipt-dispute").click()
+    dispute = Dispute.objects.get(evidence__receipt__status="missing")
+    expect(page).to_have_url(re.compile(rf"/disputes/{dispute.pk}$"))
+    shots("the dispute the receipt opened")
+    assert dispute.tenant_id == alpha.tenant.pk
 
 
 def test_a_member_downloads_the_invoice_pdf(page: Page, shots: Shots) -> None:

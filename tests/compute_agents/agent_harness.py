@@ -6,9 +6,10 @@ import os
 from dataclasses import dataclass
 from pathlib import Path
 
-from agents.services import register_agent
+from agents.services import register_agent, register_model_key
 from compute_agents.runtime import Agent, AgentSettings, build_agent, pin_platform_key
 from contracts.models import Contract
+from tests.compute_agents.publisher import PUBLISHER_B64, model_id_of
 from treemeter_records import private_key_from_seed, public_key_to_b64
 
 
@@ -36,6 +37,7 @@ def start_agent(
         tenant_codes=[],
         contract_codes=[c.code for c in contracts],
     )
+    register_publisher(model_dir)
     pin_platform_key(platform_url, data_dir)
     settings = AgentSettings(
         agent_id=agent_id,
@@ -48,3 +50,8 @@ def start_agent(
     agent = build_agent(settings, seed)
     agent.entitlements.refresh()
     return Harness(agent, settings, seed)
+
+
+def register_publisher(model_dir: Path) -> None:
+    """Register the tests' publisher key for the checkpoint's model, as platform staff would."""
+    register_model_key(model_id=model_id_of(model_dir), public_key_b64=PUBLISHER_B64)

@@ -14,6 +14,7 @@ from compute_agents.checkpoint import CheckpointError, chat_prompt, expert_file,
 from compute_agents.engine import PromptLayout, TorchEngine, expert_counts
 from compute_agents.expert_cache import ExpertCache, ExpertIntegrityError
 from tests.compute_agents.model_sizes import SIZES, greedy
+from tests.compute_agents.publisher import trust
 
 PROMPTS = ["the contract review clause party agreement", "患者 诊断 报告 hospital doctor nurse report"]
 
@@ -31,7 +32,7 @@ def independent_routing(engine: TorchEngine, prompt: str, generated: list[int]) 
 
 @pytest.mark.parametrize("prompt", PROMPTS)
 def test_captured_routing_matches_an_independent_recomputation(tiny_model: Path, prompt: str) -> None:
-    engine = TorchEngine(tiny_model)
+    engine = TorchEngine(tiny_model, trust=trust(tiny_model))
     generation = engine.generate(prompt, greedy(12))
     generated = engine.tokenizer(prompt)["input_ids"]
     tokens = generation.tokens_in + generation.tokens_out
@@ -50,14 +51,14 @@ def test_captured_routing_matches_an_independent_recomputation(tiny_model: Path,
 
 
 def test_two_prompts_route_differently(tiny_model: Path) -> None:
-    engine = TorchEngine(tiny_model)
+    engine = TorchEngine(tiny_model, trust=trust(tiny_model))
     first, second = (expert_counts(engine.generate(p, greedy(8)).routed, SIZES.experts) for p in PROMPTS)
     assert first != second
 
 
 def test_the_expert_cache_computes_what_the_full_model_computes(tiny_model: Path) -> None:
     reference = Qwen3MoeForCausalLM.from_pretrained(tiny_model, local_files_only=True).eval()
-    engine = TorchEngine(tiny_model, cache_capacity=3, preheat=1)
+    engine = TorchEngine(tiny_model, trust=trust(tiny_model), cache_capacity=3, preheat=1)
     cached = engine.generate(PROMPTS[0], greedy(10))
     ids = engine.tokenizer(PROMPTS[0], return_tensors="pt")["input_ids"]
     with torch.inference_mode():
@@ -73,7 +74,7 @@ def test_the_expert_cache_computes_what_the_full_model_computes(tiny_model: Path
 
 
 def test_a_path_without_l2_neither_preheats_nor_writes_back(tiny_model: Path) -> None:
-    engine = TorchEngine(tiny_model, cache_capacity=3, preheat=2)
+    engine = TorchEngine(tiny_model, trust=trust(tiny_model), cache_capacity=3, preheat=2)
     cached = engine.generate(PROMPTS[0], greedy(10))
     recent, preheated = list(engine.cache.recent), engine.cache.stats.preheat_loads
     direct = engine.generate(PROMPTS[1], greedy(10), use_l2=False)
@@ -104,7 +105,7 @@ def test_lru_k_evicts_the_expert_with_the_oldest_second_use(tiny_model: Path) ->
 
 
 def test_preheat_loads_the_experts_recent_routing_predicts(tiny_model: Path) -> None:
-    engine = TorchEngine(tiny_model, cache_capacity=4, preheat=2)
+    engine = TorchEngine(tiny_model, trust=trust(tiny_model), cache_capacity=4, preheat=2)
     engine.generate(PROMPTS[0], greedy(6))
     predicted = engine.cache.predicted(2)
     for layer in range(SIZES.layers):
@@ -116,13 +117,15 @@ def test_preheat_loads_the_experts_recent_routing_predicts(tiny_model: Path) -> 
 def test_a_corrupted_expert_file_is_refused(tiny_model: Path, tmp_path: Path) -> None:
     copy = tmp_path / "model"
     shutil.copytree(tiny_model, copy)
-    engine = TorchEngine(copy, cache_capacity=2, preheat=0)
+    engine = TorchEngine(copy, trust=trust(copy), cache_capacity=2, preheat=0)
     victim = expert_file(copy, 0, int(engine.generate(PROMPTS[0], greedy(2)).routed[0, 0, 0]))
     data = bytearray(victim.read_bytes())
     data[-1] ^= 0xFF
     victim.write_bytes(bytes(data))
     alerts: list[tuple[int, int, str]] = []
-    fresh = TorchEngine(copy, cache_capacity=2, preheat=0, on_integrity_error=lambda *a: alerts.append(a))
+    fresh = TorchEngine(
+        copy, trust=trust(copy), cache_capacity=2, preheat=0, on_integrity_error=lambda *a: alerts.append(a)
+    )
     with pytest.raises(ExpertIntegrityError, match="does not match the manifest"):
         fresh.generate(PROMPTS[0], greedy(2))
     assert alerts and alerts[0][2] == str(victim)
@@ -136,11 +139,11 @@ def test_corrupted_weights_are_refused_at_load(tiny_model: Path, tmp_path: Path)
         handle.write(b"\0")
     assert sha3_file(copy / "model.safetensors") != before
     with pytest.raises(CheckpointError, match="refusing to load"):
-        TorchEngine(copy)
+        TorchEngine(copy, trust=trust(copy))
 
 
 def test_the_engine_reports_the_checkpoint_fingerprint(tiny_model: Path) -> None:
-    engine = TorchEngine(tiny_model)
+    engine = TorchEngine(tiny_model, trust=trust(tiny_model))
     assert (
         engine.weights_sha3
         == sha3_file(tiny_model / "model.safetensors")
@@ -154,7 +157,7 @@ def test_both_engines_lay_out_and_count_prompts_with_one_shared_code(tiny_model:
 
     for method in ("chat_prompt", "count_tokens"):
         assert getattr(TorchEngine, method) is getattr(PromptLayout, method) is getattr(VllmEngine, method)
-    engine = TorchEngine(tiny_model)
+    engine = TorchEngine(tiny_model, trust=trust(tiny_model))
     messages = [{"role": "system", "content": "be brief"}, {"role": "user", "content": "the contract"}]
     prompt = engine.chat_prompt(messages)
     assert prompt == chat_prompt(messages) == "<|system|>\nbe brief\n<|user|>\nthe contract\n<|assistant|>\n"

@@ -21,6 +21,7 @@ from compute_agents.checkpoint import (
 )
 from compute_agents.engine import TorchEngine
 from compute_agents.expert_cache import ExpertCache, ExpertIntegrityError
+from tests.compute_agents.publisher import publish, trust
 
 KIB64 = 65_536  # stated here, not imported: the test checks the manifest against it
 WIDE = TinySizes(hidden=512, layers=2, experts=4, moe_intermediate=256, vocab=512)  # ~1.5 MB experts
@@ -31,7 +32,7 @@ LAYER, EXPERT = 1, 3
 def wide_model(tmp_path_factory: pytest.TempPathFactory) -> Path:
     directory = tmp_path_factory.mktemp("wide-moe")
     create_tiny_model(directory, WIDE)
-    return directory
+    return publish(directory)
 
 
 @pytest.fixture
@@ -142,6 +143,7 @@ def without_blocks(directory: Path) -> dict[str, Any]:
     for key in ("block_bytes", "expert_blocks", "expert_bytes"):
         del manifest[key]
     (directory / MANIFEST).write_text(json.dumps(manifest, indent=1, sort_keys=True))
+    publish(directory)  # the publisher signed the old manifest as it was
     return manifest
 
 
@@ -150,7 +152,7 @@ def test_a_manifest_without_blocks_still_refuses_damage_naming_no_block(model: P
     assert ExpertBlocks.from_manifest(manifest) is None
     path = expert_file(model, LAYER, EXPERT)
     flip(path, 2 * KIB64)
-    engine = TorchEngine(model, preheat=0)  # an old checkpoint still loads
+    engine = TorchEngine(model, trust=trust(model), preheat=0)  # an old checkpoint still loads
     assert engine.cache.get(LAYER, 0)  # an intact expert still loads
     with pytest.raises(ExpertIntegrityError) as caught:
         engine.cache.get(LAYER, EXPERT)
@@ -166,7 +168,7 @@ def test_a_manifest_without_blocks_still_refuses_damage_naming_no_block(model: P
 def test_the_torch_engine_names_the_damaged_block(model: Path) -> None:
     flip(expert_file(model, LAYER, EXPERT), 4 * KIB64 + 1)
     alerts: list[tuple[int, int, str]] = []
-    engine = TorchEngine(model, preheat=0, on_integrity_error=lambda *a: alerts.append(a))
+    engine = TorchEngine(model, trust=trust(model), preheat=0, on_integrity_error=lambda *a: alerts.append(a))
     with pytest.raises(ExpertIntegrityError, match="block 4 ") as caught:
         engine.cache.get(LAYER, EXPERT)
     assert caught.value.block == 4

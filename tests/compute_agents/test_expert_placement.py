@@ -13,6 +13,7 @@ from compute_agents.engine import TorchEngine
 from compute_agents.expert_cache import ExpertCache, RequestUse
 from compute_agents.host import memory_in_use
 from tests.compute_agents.model_sizes import SIZES, greedy
+from tests.compute_agents.publisher import trust
 
 START = 1000.0
 
@@ -132,7 +133,9 @@ def test_no_rule_drops_an_expert_a_request_in_flight_has_used(tiny_model: Path) 
 
 def test_a_generation_admits_hot_experts_and_unloads_idle_ones(tiny_model: Path) -> None:
     clock = Clock()
-    engine = TorchEngine(tiny_model, cache_capacity=SIZES.experts, preheat=0, now=clock)
+    engine = TorchEngine(
+        tiny_model, trust=trust(tiny_model), cache_capacity=SIZES.experts, preheat=0, now=clock
+    )
     cache = engine.cache
     engine.generate("the contract review clause party agreement", greedy(10))
     hot = {
@@ -160,7 +163,9 @@ def test_a_generation_admits_hot_experts_and_unloads_idle_ones(tiny_model: Path)
 def test_a_full_engine_is_under_pressure(tiny_model: Path) -> None:
     """One worker busy is a load share of 1: each L2 step evicts the low-frequency experts."""
     clock = Clock()
-    engine = TorchEngine(tiny_model, cache_capacity=SIZES.experts, preheat=0, workers=1, now=clock)
+    engine = TorchEngine(
+        tiny_model, trust=trust(tiny_model), cache_capacity=SIZES.experts, preheat=0, workers=1, now=clock
+    )
     engine.generate("the contract review clause party agreement", greedy(10))
     engine.generate("patient doctor", greedy(1))
     assert engine.cache.stats.pressure_evictions > 0 and engine.running == 0
@@ -171,7 +176,13 @@ def test_the_hosts_memory_above_85_percent_is_pressure(tiny_model: Path, in_use:
     """Four workers and one request (load 0.25): only the host's memory decides; a cache full to its
     capacity is not pressure by itself."""
     engine = TorchEngine(
-        tiny_model, cache_capacity=SIZES.experts, preheat=0, workers=4, now=Clock(), memory=lambda: in_use
+        tiny_model,
+        trust=trust(tiny_model),
+        cache_capacity=SIZES.experts,
+        preheat=0,
+        workers=4,
+        now=Clock(),
+        memory=lambda: in_use,
     )
     engine.generate("the contract review clause party agreement", greedy(10))
     engine.generate("patient doctor", greedy(1))

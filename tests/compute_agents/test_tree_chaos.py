@@ -43,6 +43,7 @@ from compute_agents.tree.registry import BREAKER_FAILURES
 from entitlements.services import issue_api_key
 from ingest.models import RejectedRecord, SequenceGap
 from scheduling.models import SchedulerEvent as SchedulerEventRow
+from tests.compute_agents.agent_harness import register_publisher
 from tests.compute_agents.test_tree_serving import free_port
 from tests.factories import ContractFactory
 from treemeter_records import private_key_from_seed, public_key_to_b64
@@ -193,6 +194,7 @@ class Tree:
     ) -> None:
         """An executor; with ``advertised`` (a proxy's URL) the router reaches it there (its heartbeats
         still go straight to the router)."""
+        register_publisher(model)
         directory = self.root / name
         port = port or free_port()
         advertised = advertised or f"http://127.0.0.1:{port}"
@@ -570,6 +572,7 @@ def test_the_router_scales_a_subtree_with_executor_processes_it_starts(
     (tree.root / "rules.json").write_text(json.dumps(rules))
     (tree.root / "tree-config.yaml").write_text(SCALING_CONFIG)
     tree.register("router-1", live_server.url, kind="router")
+    register_publisher(tiny_model)  # the replicas the router starts load the tests' signed checkpoint
     ports = {name: free_port() for name in EXECUTORS}
     slots: dict[str, list[dict[str, Any]]] = {"main": []}
     for name in EXECUTORS:

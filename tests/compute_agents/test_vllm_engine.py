@@ -37,6 +37,7 @@ from compute_agents.tree.service import RouterService
 from compute_agents.vllm_engine import VllmEngine
 from tests.compute_agents.model_sizes import greedy
 from tests.compute_agents.openai_server import record, serving, serving_app
+from tests.compute_agents.publisher import publish, trust
 from treemeter_records import check_record_signatures, private_key_from_seed, protocol, record_signing_bytes
 
 SIZES = TinySizes(
@@ -48,7 +49,7 @@ SIZES = TinySizes(
 def engine(tmp_path_factory: pytest.TempPathFactory) -> VllmEngine:
     directory = tmp_path_factory.mktemp("vllm-moe")
     create_tiny_model(directory, SIZES)
-    return VllmEngine(directory)
+    return VllmEngine(publish(directory), trust=trust(directory))
 
 
 def test_routing_sums_hold_and_two_prompts_route_differently(engine: VllmEngine) -> None:

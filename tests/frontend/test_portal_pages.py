@@ -30,6 +30,7 @@ PAGES: dict[str, Callable[[TenantData], dict[str, Any]]] = {
     "portal-dispute-line": lambda d: {"pk": d.invoice.pk, "line_pk": d.free_line.pk},
     "portal-notes": lambda d: {},
     "portal-disputes": lambda d: {},
+    "portal-receipts": lambda d: {},
     "portal-dispute": lambda d: {"pk": d.dispute.pk},
     "portal-sla-reports": lambda d: {},
     "portal-sla-report": lambda d: {"pk": d.sla_report.pk},

@@ -43,6 +43,7 @@ from sla.models import (
 )
 from sla.services import compute_report
 from tests.factories import SigningAgent, signing_agent
+from treemeter_records.receipts import make_receipt
 from webhooks.models import WebhookDelivery, WebhookDeliveryAttempt, WebhookEndpoint, WebhookEvent
 
 PASSWORD = "pw-isolation-1"
@@ -73,6 +74,8 @@ class TenantData:
     sla_report: SlaReport
     dependency: CustomerDependency
     outage: Exclusion
+    receipt: str  # of a logged record
+    missing_receipts: list[str]  # of two records served and never shipped (disputable)
     users: dict[str, User] = field(default_factory=dict)  # role → a signed-in member in that role
     tokens: dict[str, str] = field(default_factory=dict)  # role → API token secret
     token_rows: dict[str, ApiToken] = field(default_factory=dict)
@@ -127,6 +130,7 @@ def build_tenant(label: str, *, records: int = RECORDS) -> TenantData:
         agent.record(contract, start_ns=start + i * 10**9, client_request_id=f"{label}-req-{i}")
         for i in range(records)
     ]
+    never_shipped = [agent.record(contract, start_ns=start + (records + i) * 10**9) for i in range(2)]
     answer = Client().post(
         "/v1/ingest/batches", data=agent.batch(batch).body(), content_type="application/x-ndjson"
     )
@@ -175,6 +179,8 @@ def build_tenant(label: str, *, records: int = RECORDS) -> TenantData:
         sla_report=report,
         dependency=dependency,
         outage=outage,
+        receipt=make_receipt(agent.key, batch[0]),
+        missing_receipts=[make_receipt(agent.key, r) for r in never_shipped],
         users=users,
         tokens={role: token.secret for role, token in issued.items()},
         token_rows={role: token.token for role, token in issued.items()},
