@@ -115,7 +115,10 @@ def invoice_export(invoice: Invoice, previous_sizes: list[int]) -> tuple[dict[st
             "period_start_ns": start_ns,
             "period_end_ns": end_ns,
             "record_count": invoice.record_count,
+            "subtotal": str(invoice.subtotal),
+            "tax": str(invoice.tax),
             "total": str(invoice.total),
+            "tax_terms": _export_tax_terms(invoice),
             "lines": [_export_line(line) for line in invoice.lines.all()],
         },
         "prices": _export_prices(invoice),
@@ -149,7 +152,20 @@ def _export_line(line: InvoiceLine) -> dict[str, Any]:
     }
     if "segment_start" in line.details:
         exported.update({key: line.details[key] for key in _SEGMENT_DETAILS})
+    if "taxes" in line.details:
+        exported["taxes"] = line.details["taxes"]
     return exported
+
+
+def _export_tax_terms(invoice: Invoice) -> dict[str, Any]:
+    """The tax terms the invoice was taxed with (frozen in it): the contract's taxes per line, or else
+    its single rate on the subtotal; and whether the prices include them."""
+    terms = Terms.from_json(invoice.terms)
+    return {
+        "rate": terms.tax_rate,
+        "inclusive": terms.tax_inclusive,
+        "taxes": [tax.as_json() for tax in terms.taxes],
+    }
 
 
 def _export_prices(invoice: Invoice) -> dict[str, Any]:

@@ -23,6 +23,7 @@ from typing import Any, Protocol
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey, Ed25519PublicKey
 
 from treemeter_records import make_record, new_record_id, protocol, sign_record
+from treemeter_records.receipts import RECEIPT_HEADER, make_receipt
 from treemeter_records.validation import SUPERSEDES_MAX
 
 from ..admission import authenticate, check_rules, model_not_found
@@ -172,8 +173,7 @@ class RouterService:
         model = body.get("model") if isinstance(body, dict) else None
         model_name = model if isinstance(model, str) else ""
         status = "error" if error.status >= 500 else "rejected"
-        record_id = self._record(entitlement, model_name, start_ns, _since(mark), status)
-        error.headers["x-request-id"] = record_id
+        error.headers.update(self._record(entitlement, model_name, start_ns, _since(mark), status))
         return error
 
     def headers_for(
@@ -223,7 +223,7 @@ class RouterService:
     def queue_full(self, routing: Routing) -> ApiError:
         """The subtree's line is full: 429 and an unbilled ``rejected`` record."""
         subtree = routing.decision.subtree
-        record_id = self._record(
+        named = self._record(
             routing.entitlement, routing.model, routing.start_ns, routing.elapsed_us(), "rejected"
         )
         waiting = self.lines.waiting(subtree) if self.lines is not None else 0
@@ -232,7 +232,7 @@ class RouterService:
             "rate_limit_exceeded",
             "queue_full",
             f"Subtree '{subtree}' is at its concurrency and {waiting} requests already wait; retry shortly.",
-            headers={"x-request-id": record_id, "Retry-After": "1", "x-should-retry": "true"},
+            headers={**named, "Retry-After": "1", "x-should-retry": "true"},
         )
 
     def attempting(
@@ -295,7 +295,7 @@ class RouterService:
         whose decision supersedes those attempts, so the customer who got a 503 is billed nothing."""
         self.stats.unserved += 1
         self.stats.failovers += max(0, len(tried) - 1)
-        record_id = self._record(
+        named = self._record(
             routing.entitlement,
             routing.model,
             routing.start_ns,
@@ -311,7 +311,7 @@ class RouterService:
             "server_error",
             "no_executor",
             f"No executor of subtree '{routing.decision.subtree}' can serve this request now ({detail}).",
-            headers={"x-request-id": record_id},
+            headers=named,
         )
 
     def _record(
@@ -324,9 +324,10 @@ class RouterService:
         decision: Decision | None = None,
         queued_us: int = 0,
         supersedes: tuple[str, ...] = (),
-    ) -> str:
-        """A router record: the L1 hop alone (``latency`` µs), no tokens, never billed; its id (the
-        x-request-id). With ``supersedes``, a v2 record whose ``decision`` supersedes those attempts."""
+    ) -> dict[str, str]:
+        """A router record: the L1 hop alone (``latency`` µs), no tokens, never billed; the answer's
+        headers naming it (``x-request-id``, its receipt signed by the router's key). With ``supersedes``,
+        a v2 record whose ``decision`` supersedes those attempts."""
         card = self.registry.model_card(model)
         end_ns = start_ns + (latency + queued_us) * 1000
         record_id = new_record_id()
@@ -360,10 +361,10 @@ class RouterService:
             return self._superseding(record, decision, queued_us, latency, supersedes)
 
         try:
-            self.spool.append(build)
+            record = self.spool.append(build)
         except SpoolFull as full:
             raise ApiError(503, "server_error", "spool_full", str(full)) from None
-        return record_id
+        return {"x-request-id": record_id, RECEIPT_HEADER: make_receipt(self.key, record)}
 
     def _superseding(
         self,

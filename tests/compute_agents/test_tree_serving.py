@@ -47,6 +47,7 @@ from treemeter_records import (
     public_key_to_b64,
     record_signing_bytes,
 )
+from treemeter_records.receipts import RECEIPT_HEADER, read_receipt, record_leaf_hash, verify_receipt
 
 pytestmark = [pytest.mark.usefixtures("clickhouse"), pytest.mark.django_db(transaction=True)]
 
@@ -332,6 +333,7 @@ def test_executors_serve_only_what_their_router_decided_and_the_router_refuses_w
         with pytest.raises(openai.NotFoundError) as unknown_card:
             client.models.retrieve("gpt-4o")
         card = client.models.retrieve("tiny")
+        served = client.completions.with_raw_response.create(model="tiny", prompt="the clause", max_tokens=2)
         beat = orjson.dumps(tree.executors["exec-a"].agent.heartbeat.body())  # type: ignore[union-attr]
         intruder = private_key_from_seed(os.urandom(32))
         forged_beat = httpx.post(
@@ -354,6 +356,15 @@ def test_executors_serve_only_what_their_router_decided_and_the_router_refuses_w
     assert unknown_path.status_code == 404 and unknown_path.json()["error"]["code"] == "not_found"
     assert unknown_card.value.code == "model_not_found" and card.id == "tiny"
     assert len(records(tree.router.service)) == 2  # an unknown key leaves no record
+    # Receipts: the router's refusal carries one signed by the router's key, a served answer its
+    # executor's, relayed; each names the record its signer spooled.
+    refusal = read_receipt(unknown_model.value.response.headers[RECEIPT_HEADER])
+    assert verify_receipt(refusal, tree.router.service.key.public_key())
+    assert (refusal.record_id, refusal.claims["agent_id"]) == (refused[0]["record_id"], "router-1")
+    answer = read_receipt(served.headers[RECEIPT_HEADER])
+    name, spooled = tree.served_by(served.headers["x-request-id"])
+    assert verify_receipt(answer, private_key_from_seed(tree.executors[name].seed).public_key())
+    assert answer.leaf_hash == record_leaf_hash(spooled)
     assert forged_beat.status_code == 403 and forged_beat.json()["error"]["code"] == "unknown_executor"
 
 

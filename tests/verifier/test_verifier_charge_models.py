@@ -66,5 +66,6 @@ def test_graduated_volume_package_and_percentage_lines_are_re_rated(client: Clie
     line["amount"] = "2.31"
     tampered = verify_export(manifest, lines, pinned_keys(agent), None)
     assert {(v.check, v.detail) for v in tampered.verdicts if not v.ok} == {
-        ("line usage tokens_in", "amount 2.31 CNY but the contract terms give 2.30 (off by 0.01 CNY)")
+        ("line usage tokens_in", "amount 2.31 CNY but the contract terms give 2.30 (off by 0.01 CNY)"),
+        ("invoice totals", "subtotal 5.10 CNY but the lines add up to 5.11"),  # the line alone was changed
     }

@@ -124,7 +124,7 @@ def test_whole_run_checks_per_line_checks_and_forked_scans_give_the_same_verdict
     assert failed == (
         {"batch signatures", "inclusion in checkpoint", "line usage tokens_in"} if tampered else set()
     )
-    assert len(whole) == 12
+    assert len(whole) == 13  # …, the lines, then the invoice's totals
 
 
 def test_the_export_reveals_only_hashes_of_the_other_tenants_records(client: Client) -> None:
@@ -281,6 +281,7 @@ def test_an_invoice_line_that_does_not_match_the_records_fails(client: Client) -
     assert problems == {
         "line usage requests": "amount 0.56 CNY but the contract terms give 0.50 (off by 0.06 CNY)",
         "line usage tokens_in": "quantity 1076 but the records give 1074",
+        "invoice totals": "subtotal 1.43 CNY but the lines add up to 1.49",  # one amount changed alone
     }
 
 

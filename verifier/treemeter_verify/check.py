@@ -23,6 +23,7 @@ from .merkle import ProofError, root_from_multi_inclusion, root_of_leaves, verif
 from .note import Checkpoint, NoteError, open_checkpoint
 from .records import fields_of, load_record, match_record, record_fields, usage_of_columns
 from .routed import is_routed, routing_problem, superseded_ids
+from .taxes import totals_problems
 
 FORMAT = "treemeter-invoice-export/1"
 BATCH_DOMAIN = b"treemeter-batch-v1\n"
@@ -136,6 +137,7 @@ def _verify(
     _check_inclusion(included, checkpoint, manifest, unlogged, report)
     _check_completeness(batches, manifest.get("reported_gaps", {}), report)
     _check_lines(invoice, manifest["prices"], usage, len(lines), report)
+    _check_totals(invoice, report)
 
 
 # A run of record lines: (first line, count, first log index, batch slot, first line in the batch);
@@ -571,6 +573,15 @@ def _check_completeness(batches: list[_Batch], reported: dict[str, list[list[int
     for agent_id, gaps in sorted(reported.items()):
         problems += [f"platform reports agent {agent_id} missing seq {a}-{b}" for a, b in gaps]
     report.add("sequence completeness", problems, f"no gaps in {len(covered)} agents' sequences")
+
+
+def _check_totals(invoice: dict[str, Any], report: Report) -> None:
+    """The subtotal, tax and total from the lines and the pinned tax terms (``taxes``)."""
+    if "tax_terms" not in invoice:
+        report.skip("invoice totals", "an export without its tax terms: not re-derived")
+        return
+    problems, good = totals_problems(invoice)
+    report.add("invoice totals", problems, good)
 
 
 def _check_lines(
