@@ -21,6 +21,7 @@ from .canonical import canonical_bytes
 from .keys import PinnedKeys
 from .merkle import ProofError, root_from_multi_inclusion, root_of_leaves, verify_consistency
 from .note import Checkpoint, NoteError, open_checkpoint
+from .rating import segment_amounts
 from .records import fields_of, load_record, match_record, record_fields, usage_of_columns
 from .routed import is_routed, routing_problem, superseded_ids
 from .taxes import totals_problems
@@ -584,6 +585,54 @@ def _check_totals(invoice: dict[str, Any], report: Report) -> None:
     report.add("invoice totals", problems, good)
 
 
+def _check_versions(
+    invoice: dict[str, Any],
+    terms: dict[str, Any] | None,
+    dimension: str,
+    measured: Decimal,
+    stated_total: Decimal,
+    report: Report,
+) -> None:
+    """A dimension whose price changed within the period: its version lines' quantities together must
+    be the records', and each line's amount (and the bound line's) what its version's terms give for
+    the stated segment quantities (`rating.segment_amounts`). The records' split between the segments
+    is not re-derived: only their sum."""
+    check = f"line usage {dimension}"
+    ours = [x for x in invoice["lines"] if x["kind"] == "usage" and x["dimension"] == dimension]
+    problems = []
+    if stated_total != measured:
+        problems.append(f"quantities add up to {stated_total.normalize():f} but the records give {measured}")
+    versions = {v["effective_from"]: v for v in (terms or {}).get("versions", [])}
+    segments = [x for x in ours if "segment_start" in x]
+    bounds = [x for x in ours if "segment_start" not in x]
+    unknown = [x["effective_from"] for x in segments if x["effective_from"] not in versions]
+    if terms is None or unknown or len(bounds) > 1:
+        report.add(check, [*problems, "the lines name price versions the export does not hold"], "")
+        return
+    currency = invoice["currency"]
+    try:
+        pairs = [(versions[x["effective_from"]], Decimal(x["quantity"])) for x in segments]
+        amounts, bound = segment_amounts(pairs, terms, currency)
+        stated = [Decimal(x["amount"]) for x in segments]
+        stated_bound = Decimal(bounds[0]["amount"]) if bounds else None
+    except (InvalidOperation, KeyError, TypeError, ValueError, StopIteration) as error:
+        report.add(check, [*problems, f"the version lines cannot be re-rated: {error!r}"], "")
+        return
+    for line, amount, expected in zip(segments, stated, amounts, strict=True):
+        if amount != expected:
+            problems.append(
+                f"version from {line['effective_from'] or 'the contract start'}: amount {amount} {currency} "
+                f"but its terms give {expected} (off by {amount - expected} {currency})"
+            )
+    if stated_bound != bound:
+        problems.append(f"period bound line {stated_bound} {currency} but the newest terms give {bound}")
+    good = (
+        f"quantity {measured} over {len(segments)} price versions = "
+        f"{sum(stated, Decimal(0)) + (stated_bound or 0)} {currency}"
+    )
+    report.add(check, problems, good)
+
+
 def _check_lines(
     invoice: dict[str, Any], prices: dict[str, Any], usage: list[int], records: int, report: Report
 ) -> None:
@@ -608,6 +657,7 @@ def _check_lines(
                 segmented[line["dimension"]] += Decimal(line["quantity"])
             except InvalidOperation:
                 continue  # reported below, with the line
+    checked_versions: set[str] = set()
     for line in invoice["lines"]:
         dimension, kind = line["dimension"], line["kind"]
         check = f"line {kind} {dimension}".rstrip()
@@ -622,13 +672,11 @@ def _check_lines(
             continue
         measured = rating.quantity(dimension, usage[rating.DIMENSIONS.index(dimension)])
         if dimension in segmented:
-            total = segmented[dimension]
-            if total != measured:
-                report.add(
-                    check, [f"quantities add up to {total.normalize():f} but the records give {measured}"], ""
+            if dimension not in checked_versions:
+                checked_versions.add(dimension)
+                _check_versions(
+                    invoice, prices.get(dimension), dimension, measured, segmented[dimension], report
                 )
-            else:
-                report.skip(check, f"quantity {measured} verified over the price versions; not re-rated")
             continue
         problems = [] if stated == measured else [f"quantity {stated} but the records give {measured}"]
         if terms is None:
