@@ -119,6 +119,7 @@ def invoice_export(invoice: Invoice, previous_sizes: list[int]) -> tuple[dict[st
             "tax": str(invoice.tax),
             "total": str(invoice.total),
             "tax_terms": _export_tax_terms(invoice),
+            "terms": _export_commercial_terms(invoice),
             "lines": [_export_line(line) for line in invoice.lines.all()],
         },
         "prices": _export_prices(invoice),
@@ -154,7 +155,25 @@ def _export_line(line: InvoiceLine) -> dict[str, Any]:
         exported.update({key: line.details[key] for key in _SEGMENT_DETAILS})
     if "taxes" in line.details:
         exported["taxes"] = line.details["taxes"]
+    if "coupon" in line.details:
+        exported["coupon"] = line.details["coupon"]
     return exported
+
+
+def _export_commercial_terms(invoice: Invoice) -> dict[str, Any]:
+    """The terms of the lines not derived from records (frozen in the invoice): the base fee and its
+    timing, the minimum commitment, the contract's dates (for proration) and the coupons."""
+    terms = Terms.from_json(invoice.terms)
+    return {
+        "base_fee": terms.base_fee,
+        "base_fee_timing": terms.base_fee_timing,
+        "minimum_commitment": terms.minimum_commitment,
+        "starts_at": terms.starts_at,
+        "ends_at": terms.ends_at,
+        "coupons": [
+            {"code": c.code, "percent_off": c.percent_off, "amount_off": c.amount_off} for c in terms.coupons
+        ],
+    }
 
 
 def _export_tax_terms(invoice: Invoice) -> dict[str, Any]:

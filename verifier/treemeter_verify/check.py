@@ -18,6 +18,7 @@ from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PublicKey
 
 from . import rating
 from .canonical import canonical_bytes
+from .commercial import commercial_problems
 from .keys import PinnedKeys
 from .merkle import ProofError, root_from_multi_inclusion, root_of_leaves, verify_consistency
 from .note import Checkpoint, NoteError, open_checkpoint
@@ -138,6 +139,7 @@ def _verify(
     _check_inclusion(included, checkpoint, manifest, unlogged, report)
     _check_completeness(batches, manifest.get("reported_gaps", {}), report)
     _check_lines(invoice, manifest["prices"], usage, len(lines), report)
+    _check_commercial(invoice, report)
     _check_totals(invoice, report)
 
 
@@ -574,6 +576,15 @@ def _check_completeness(batches: list[_Batch], reported: dict[str, list[list[int
     for agent_id, gaps in sorted(reported.items()):
         problems += [f"platform reports agent {agent_id} missing seq {a}-{b}" for a, b in gaps]
     report.add("sequence completeness", problems, f"no gaps in {len(covered)} agents' sequences")
+
+
+def _check_commercial(invoice: dict[str, Any], report: Report) -> None:
+    """The base fee, true-up and discount lines from the pinned commercial terms (``commercial``)."""
+    if "terms" not in invoice:
+        report.skip("fees, true-up and discounts", "an export without its commercial terms: not re-derived")
+        return
+    problems, good = commercial_problems(invoice)
+    report.add("fees, true-up and discounts", problems, good)
 
 
 def _check_totals(invoice: dict[str, Any], report: Report) -> None:
