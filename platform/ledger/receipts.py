@@ -20,6 +20,7 @@ from typing import Any
 from django.utils import timezone
 
 from agents.models import AgentKey
+from agents.selectors import agent_scope
 from clickhouse_store.queries.records import record_of
 from common.periods import month_bounds, month_of
 from contracts.models import Contract
@@ -61,12 +62,19 @@ class ReceiptCheck:
 
 def _signed(receipt: Receipt) -> None:
     """The receipt must be signed by the key it names, of the agent it names (revoked keys too: a
-    receipt signed before the revocation stays evidence)."""
+    receipt signed before the revocation stays evidence), an agent bound to the receipt's contract."""
+    claims = receipt.claims
     key = AgentKey.objects.select_related("agent").filter(key_id=receipt.key_id).first()
-    if key is None or key.agent.agent_id != receipt.claims["agent_id"]:
+    if key is None or key.agent.agent_id != claims["agent_id"]:
         raise LedgerLookupError(400, "invalid_receipt", f"Key {receipt.key_id} is not a key of that agent.")
     if not verify_receipt(receipt, public_key_from_b64(key.public_key)):
         raise LedgerLookupError(400, "invalid_receipt", "The receipt's signature does not verify.")
+    if not agent_scope(key.agent_id).allows(claims["tenant"], claims["contract"]):
+        raise LedgerLookupError(
+            400,
+            "invalid_receipt",
+            f"Agent {claims['agent_id']} does not serve contract {claims['contract']}.",
+        )
 
 
 def grace_ends(contract: Contract | None, start_ns: int) -> datetime:

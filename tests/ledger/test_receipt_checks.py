@@ -97,7 +97,7 @@ def test_a_receipt_whose_leaf_differs_from_the_log_is_a_mismatch(served: Any) ->
 
 
 def test_bad_receipts_are_refused_and_another_tenants_is_not_found(served: Any) -> None:
-    contract, _, records, receipts = served
+    contract, agent, records, receipts = served
     owner = signed_in(MembershipFactory.create(tenant=contract.tenant).user)
     for token, message in [
         ("not a receipt", "base64url of a JSON object"),
@@ -111,6 +111,12 @@ def test_bad_receipts_are_refused_and_another_tenants_is_not_found(served: Any) 
     envelope["claims"]["seq"] = 7  # a claim changed after signing
     forged = base64.urlsafe_b64encode(canonical_bytes(envelope)).decode()
     assert _check(owner, forged).json()["message"] == "The receipt's signature does not verify."
+    elsewhere = ContractFactory.create(tenant=contract.tenant)  # the tenant's, but not the agent's
+    unbound = make_receipt(agent.key, {**records[0], "contract": elsewhere.code})
+    assert (
+        _check(owner, unbound).json()["message"]
+        == f"Agent gpu-receipts does not serve contract {elsewhere.code}."
+    )
     stranger = signed_in(MembershipFactory.create(tenant=ContractFactory.create().tenant).user)
     answer = _check(stranger, receipts[0])
     assert (answer.status_code, answer.json()["code"]) == (404, "unknown_receipt")
