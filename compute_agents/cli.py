@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import Any
 
 import httpx
+from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 
 from treemeter_records import (
     IngestClient,
@@ -36,9 +37,8 @@ from .synthetic import Workload, synthetic_records
 DEFAULT_KEY_FILE = "/var/lib/treemeter-agent/agent.key"
 DEFAULT_DATA_DIR = "/var/lib/treemeter-agent"
 DEFAULT_MODEL_DIR = "/var/lib/treemeter-agent/model"
-DEFAULT_PUBLISHER_KEY_FILE = (
-    "/var/lib/treemeter-agent/publisher.key"  # the model publisher's, not the agent's
-)
+# The model publisher's Ed25519 seed (create-model, sign-manifest), not the agent's.
+DEFAULT_PUBLISHER_KEY_FILE = "/var/lib/treemeter-agent/publisher.key"
 
 
 def load_or_create_seed(path: Path) -> bytes:
@@ -130,7 +130,7 @@ def sign_model(args: argparse.Namespace) -> int:
     return 0
 
 
-def _print_signed(model_id: str, key_id: str, publisher: Any) -> None:
+def _print_signed(model_id: str, key_id: str, publisher: Ed25519PrivateKey) -> None:
     print(f"signed by     {key_id}")
     print(
         f"Platform staff register the key: manage.py register_model_key {model_id} "

@@ -175,13 +175,14 @@ class Meter:
             return sign_record(record, trip.decision, self.identity.key)
 
         try:
-            record = self.spool.append(build, charge)
+            spooled = self.spool.append(build, charge)
         except SpoolFull as full:
             raise ApiError(503, "server_error", "spool_full", str(full)) from None
+        record = spooled.record
         self._observe(trip, record, bool(choices))
         trip.experts = record["experts"]
         if self.identity.key is not None:
-            trip.receipt = make_receipt(self.identity.key, record)
+            trip.receipt = make_receipt(self.identity.key, record, spooled.line)
         return record
 
     def _observe(self, trip: Trip, record: dict[str, Any], generated: bool) -> None:

@@ -45,6 +45,14 @@ class SpoolFull(RuntimeError):
 
 
 @dataclass(frozen=True)
+class Spooled:
+    """A committed record and its canonical line, the bytes shipped and hashed into the log."""
+
+    record: dict[str, Any]
+    line: bytes
+
+
+@dataclass(frozen=True)
 class SpoolStatus:
     depth: int
     bytes: int
@@ -102,10 +110,8 @@ class Spool:
         with self._lock:
             self._db.close()
 
-    def append(
-        self, build: Callable[[int], dict[str, Any]], charge: QuotaCharge | None = None
-    ) -> dict[str, Any]:
-        """Commit ``build(seq)`` with the next seq (and the quota charge); returns the record.
+    def append(self, build: Callable[[int], dict[str, Any]], charge: QuotaCharge | None = None) -> Spooled:
+        """Commit ``build(seq)`` with the next seq (and the quota charge); returns it with its line.
 
         Raises ``SpoolFull`` (nothing is written) when the spool is over its limit.
         """
@@ -143,7 +149,7 @@ class Spool:
             except BaseException:
                 self._db.execute("ROLLBACK")
                 raise
-        return record
+        return Spooled(record, body)
 
     def full(self) -> bool:
         status = self.status()

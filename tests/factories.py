@@ -21,11 +21,13 @@ from contracts.models import Contract, ContractPrice
 from treemeter_records import (
     SignedBatch,
     build_batch,
+    canonical_bytes,
     make_record,
     new_record_id,
     private_key_from_seed,
     public_key_to_b64,
 )
+from treemeter_records.receipts import make_receipt
 
 
 class TenantFactory(factory.django.DjangoModelFactory):
@@ -72,6 +74,10 @@ class SigningAgent:
     key: Ed25519PrivateKey
     key_row: AgentKey
     next_seq: int = 0
+
+    def receipt(self, record: dict[str, Any]) -> str:
+        """The receipt this agent hands out with the answer it metered as ``record``."""
+        return make_receipt(self.key, record, canonical_bytes(record))
 
     def record(self, contract: Contract, **overrides: Any) -> dict[str, Any]:
         seq = overrides.pop("seq", None)

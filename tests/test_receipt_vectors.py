@@ -4,13 +4,14 @@ offline verifier's own reading of them (treemeter_verify) accept and refuse exac
 from __future__ import annotations
 
 import base64
+import hashlib
 import json
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-from treemeter_records import private_key_from_seed, public_key_from_b64
+from treemeter_records import canonical_bytes, private_key_from_seed, public_key_from_b64
 from treemeter_records import receipts as platform
 from treemeter_verify import receipts as verifier
 from treemeter_verify.keys import PinnedKeys, agent_key_id
@@ -25,8 +26,9 @@ PINNED = PinnedKeys(
 
 def test_the_platform_makes_exactly_the_vectors_token() -> None:
     key = private_key_from_seed(bytes.fromhex(VECTORS["agent_seed_hex"]))
-    assert platform.make_receipt(key, VECTORS["record"]) == VECTORS["token"]
-    assert platform.record_leaf_hash(VECTORS["record"]).hex() == VECTORS["line_leaf_hash"]
+    line = canonical_bytes(VECTORS["record"])
+    assert platform.make_receipt(key, VECTORS["record"], line) == VECTORS["token"]
+    assert hashlib.sha256(b"\x00" + line).hexdigest() == VECTORS["line_leaf_hash"]
 
 
 def test_both_implementations_accept_the_token() -> None:

@@ -19,7 +19,6 @@ from __future__ import annotations
 
 import base64
 import binascii
-import hashlib
 from dataclasses import dataclass
 from typing import Any
 
@@ -28,7 +27,7 @@ from cryptography.exceptions import InvalidSignature
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey, Ed25519PublicKey
 
 from .encoding import canonical_bytes
-from .merkle import LEAF_PREFIX
+from .merkle import leaf_hash
 from .signing import key_id_for
 
 RECEIPT_VERSION = 1
@@ -58,19 +57,15 @@ class Receipt:
         return bytes.fromhex(self.claims["leaf_hash"])
 
 
-def record_leaf_hash(record: dict[str, Any]) -> bytes:
-    """The record's leaf hash in the log: SHA-256(0x00 ‖ its canonical bytes)."""
-    return hashlib.sha256(LEAF_PREFIX + canonical_bytes(record)).digest()
-
-
-def make_receipt(key: Ed25519PrivateKey, record: dict[str, Any]) -> str:
-    """The receipt token of a spooled record, signed by the agent key that will sign its batch."""
+def make_receipt(key: Ed25519PrivateKey, record: dict[str, Any], line: bytes) -> str:
+    """The receipt token of a spooled record and its canonical ``line`` (the bytes the log will hash),
+    signed by the agent key that will sign its batch."""
     claims = {
         "v": RECEIPT_VERSION,
         "record_id": record["record_id"],
         "agent_id": record["agent_id"],
         "seq": record["seq"],
-        "leaf_hash": record_leaf_hash(record).hex(),
+        "leaf_hash": leaf_hash(line).hex(),
         "tenant": record["tenant"],
         "contract": record["contract"],
         "start_ns": record["start_ns"],

@@ -361,10 +361,13 @@ class RouterService:
             return self._superseding(record, decision, queued_us, latency, supersedes)
 
         try:
-            record = self.spool.append(build)
+            spooled = self.spool.append(build)
         except SpoolFull as full:
             raise ApiError(503, "server_error", "spool_full", str(full)) from None
-        return {"x-request-id": record_id, RECEIPT_HEADER: make_receipt(self.key, record)}
+        return {
+            "x-request-id": record_id,
+            RECEIPT_HEADER: make_receipt(self.key, spooled.record, spooled.line),
+        }
 
     def _superseding(
         self,

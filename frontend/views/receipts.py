@@ -29,6 +29,15 @@ def _token(request: HttpRequest) -> str:
     return upload.read(RECEIPT_MAX_CHARS + 1).decode("utf-8", errors="replace")
 
 
+def _refused(
+    request: HttpRequest, principal: Principal, token: str, error: LedgerLookupError
+) -> HttpResponse:
+    """The form again, with the token and the service's message, under its HTTP status."""
+    return page(
+        request, TEMPLATE, principal, "disputes", status=error.status, token=token, error=error_message(error)
+    )
+
+
 @portal_view(tuple(Role), READ_WRITE)  # checking is a read sent as a POST: every role may
 def receipt_check(request: HttpRequest, principal: Principal) -> HttpResponse:
     if request.method != "POST":
@@ -37,15 +46,7 @@ def receipt_check(request: HttpRequest, principal: Principal) -> HttpResponse:
     try:
         check = check_receipt(token, principal.tenant_code)
     except LedgerLookupError as error:
-        return page(
-            request,
-            TEMPLATE,
-            principal,
-            "disputes",
-            status=error.status,
-            token=token,
-            error=error_message(error),
-        )
+        return _refused(request, principal, token, error)
     may_dispute = check.is_evidence and principal.may_write(WRITE_BILLING)
     return page(request, TEMPLATE, principal, "disputes", token=token, check=check, may_dispute=may_dispute)
 
@@ -56,13 +57,5 @@ def receipt_dispute(request: HttpRequest, principal: Principal) -> HttpResponse:
     try:
         dispute = open_receipt_dispute(request.user, token, principal)
     except LedgerLookupError as error:
-        return page(
-            request,
-            TEMPLATE,
-            principal,
-            "disputes",
-            status=error.status,
-            token=token,
-            error=error_message(error),
-        )
+        return _refused(request, principal, token, error)
     return redirect("portal-dispute", pk=dispute.pk)

@@ -9,7 +9,6 @@
 
 from __future__ import annotations
 
-from datetime import UTC, datetime
 from typing import Any
 
 from django.db.models import QuerySet
@@ -22,6 +21,7 @@ from rest_framework.response import Response
 
 from common.fields import IdentifierField
 from treemeter_records.protocol import MANIFEST_REFUSAL_REASONS
+from treemeter_records.timeutil import from_unix_nanos
 
 from .models import ManifestRefusal, ModelPublisherKey
 from .selectors import manifest_refusals
@@ -118,16 +118,13 @@ class ManifestRefusalReportView(generics.GenericAPIView):
         serializer = ManifestRefusalReportSerializer(data=request.data)
         serializer.is_valid(raise_exception=True)
         data = serializer.validated_data
-        refused_ns = data["refused_ns"]
         refusal, created = record_manifest_refusal(
             agent=agent_key.agent,
             model_id=data["model_id"],
             reason=data["reason"],
             key_id=data["key_id"],
             manifest_sha3=data["manifest_sha3"],
-            refused_at=datetime.fromtimestamp(refused_ns // 10**9, UTC).replace(
-                microsecond=refused_ns % 10**9 // 1000
-            ),
+            refused_at=from_unix_nanos(data["refused_ns"]),
         )
         return Response(
             ManifestRefusalSerializer(refusal).data,

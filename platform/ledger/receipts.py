@@ -19,8 +19,7 @@ from typing import Any
 
 from django.utils import timezone
 
-from agents.models import AgentKey
-from agents.selectors import agent_scope
+from agents.selectors import agent_scope, key_with_agent
 from clickhouse_store.queries.records import record_of
 from common.periods import month_bounds, month_of
 from contracts.models import Contract
@@ -64,7 +63,7 @@ def _signed(receipt: Receipt) -> None:
     """The receipt must be signed by the key it names, of the agent it names (revoked keys too: a
     receipt signed before the revocation stays evidence), an agent bound to the receipt's contract."""
     claims = receipt.claims
-    key = AgentKey.objects.select_related("agent").filter(key_id=receipt.key_id).first()
+    key = key_with_agent(receipt.key_id)
     if key is None or key.agent.agent_id != claims["agent_id"]:
         raise LedgerLookupError(400, "invalid_receipt", f"Key {receipt.key_id} is not a key of that agent.")
     if not verify_receipt(receipt, public_key_from_b64(key.public_key)):

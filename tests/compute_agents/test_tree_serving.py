@@ -5,6 +5,7 @@ served it spooled, under the router's decision (record id, start, path, L1 node)
 
 from __future__ import annotations
 
+import hashlib
 import os
 import random
 import shutil
@@ -41,13 +42,14 @@ from tests.compute_agents.agent_harness import Harness, start_agent
 from tests.compute_agents.openai_server import record, records, serving_app
 from tests.factories import ContractFactory
 from treemeter_records import (
+    canonical_bytes,
     check_record_signatures,
     private_key_from_seed,
     protocol,
     public_key_to_b64,
     record_signing_bytes,
 )
-from treemeter_records.receipts import RECEIPT_HEADER, read_receipt, record_leaf_hash, verify_receipt
+from treemeter_records.receipts import RECEIPT_HEADER, read_receipt, verify_receipt
 
 pytestmark = [pytest.mark.usefixtures("clickhouse"), pytest.mark.django_db(transaction=True)]
 
@@ -364,7 +366,7 @@ def test_executors_serve_only_what_their_router_decided_and_the_router_refuses_w
     answer = read_receipt(served.headers[RECEIPT_HEADER])
     name, spooled = tree.served_by(served.headers["x-request-id"])
     assert verify_receipt(answer, private_key_from_seed(tree.executors[name].seed).public_key())
-    assert answer.leaf_hash == record_leaf_hash(spooled)
+    assert answer.leaf_hash == hashlib.sha256(b"\x00" + canonical_bytes(spooled)).digest()
     assert forged_beat.status_code == 403 and forged_beat.json()["error"]["code"] == "unknown_executor"
 
 

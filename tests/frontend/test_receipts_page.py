@@ -18,7 +18,6 @@ from ledger.receipts import RECEIPT_STATUSES as CHECK_STATUSES
 from ledger.services import publish_checkpoint
 from tests.factories import ContractFactory, signing_agent
 from tests.frontend.support import member, november_invoice, priced_contract
-from treemeter_records.receipts import make_receipt
 
 pytestmark = [pytest.mark.django_db, pytest.mark.usefixtures("clickhouse")]
 NOV_20_NS = int(datetime(2026, 11, 20, tzinfo=UTC).timestamp()) * 10**9
@@ -44,38 +43,34 @@ def test_a_pasted_or_uploaded_receipt_shows_its_record_proof_and_a_missing_ones_
     reader = member(contract.tenant, Role.READ_ONLY, language="zh-hans")
 
     assert 'data-testid="receipt-form"' in billing.get(url).content.decode()
-    page = billing.post(url, {"receipt": make_receipt(agent.key, logged)}).content.decode()
+    page = billing.post(url, {"receipt": agent.receipt(logged)}).content.decode()
     assert 'data-testid="receipt-status">In the log, in a signed checkpoint<' in page
     assert reverse("portal-record", kwargs={"record_id": logged["record_id"]}) in page
     assert 'data-testid="receipt-inclusion">Log position 2 · tree size 3<' in page
     assert 'data-testid="receipt-dispute"' not in page
 
-    upload = SimpleUploadedFile("receipt.txt", (make_receipt(agent.key, never_shipped) + "\n").encode())
+    upload = SimpleUploadedFile("receipt.txt", (agent.receipt(never_shipped) + "\n").encode())
     missing = reader.post(url, {"receipt_file": upload}).content.decode()
     assert 'data-testid="receipt-status">' in missing and 'data-testid="receipt-evidence"' in missing
     assert 'data-testid="receipt-dispute"' not in missing  # a reader may check, not dispute
-    missing = billing.post(url, {"receipt": make_receipt(agent.key, never_shipped)}).content.decode()
+    missing = billing.post(url, {"receipt": agent.receipt(never_shipped)}).content.decode()
     assert 'data-testid="receipt-status">Missing from the log<' in missing
     assert 'data-testid="receipt-dispute"' in missing
 
-    opened = billing.post(
-        reverse("portal-receipt-dispute"), {"receipt": make_receipt(agent.key, never_shipped)}
-    )
+    opened = billing.post(reverse("portal-receipt-dispute"), {"receipt": agent.receipt(never_shipped)})
     dispute = Dispute.objects.get()
     assert (opened.status_code, opened["Location"]) == (
         302,
         reverse("portal-dispute", kwargs={"pk": dispute.pk}),
     )
     assert dispute.evidence["receipt"]["claims"]["record_id"] == never_shipped["record_id"]
-    refused = reader.post(
-        reverse("portal-receipt-dispute"), {"receipt": make_receipt(agent.key, never_shipped)}
-    )
+    refused = reader.post(reverse("portal-receipt-dispute"), {"receipt": agent.receipt(never_shipped)})
     assert refused.status_code == 403
 
     bad = billing.post(url, {"receipt": "not a receipt"})
     assert bad.status_code == 400
     assert 'data-testid="receipt-error">a receipt is base64url of a JSON object<' in bad.content.decode()
     stranger = member(ContractFactory.create().tenant, Role.BILLING)
-    other = stranger.post(url, {"receipt": make_receipt(agent.key, logged)})
+    other = stranger.post(url, {"receipt": agent.receipt(logged)})
     assert other.status_code == 404
     assert 'data-testid="receipt-claims"' not in other.content.decode()

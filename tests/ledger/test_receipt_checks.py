@@ -51,7 +51,7 @@ def served() -> tuple[Any, SigningAgent, list[dict[str, Any]], list[str]]:
     send(Client(), agent, records[:2])
     finalize_invoice(november_invoice(contract))
     publish_checkpoint(Checkpoint.Reason.MANUAL)
-    return contract, agent, records, [make_receipt(agent.key, r) for r in records]
+    return contract, agent, records, [agent.receipt(r) for r in records]
 
 
 def test_a_logged_receipt_comes_back_with_its_record_and_inclusion_proof(served: Any) -> None:
@@ -77,13 +77,13 @@ def test_a_receipt_after_the_latest_checkpoint_is_logged_and_this_months_is_pend
     owner = signed_in(MembershipFactory.create(tenant=contract.tenant).user)
     later = agent.record(contract, start_ns=NOV_15_NS + 60 * 10**9)
     send(Client(), agent, [later])  # logged, after the checkpoint
-    answer = _check(owner, make_receipt(agent.key, later)).json()
+    answer = _check(owner, agent.receipt(later)).json()
     assert (answer["status"], answer["inclusion"]) == ("logged", None)
     assert answer["line"] == canonical_bytes(later).decode()
     now = agent.record(contract, start_ns=time.time_ns())  # this month: its grace still runs
-    pending = _check(owner, make_receipt(agent.key, now)).json()
+    pending = _check(owner, agent.receipt(now)).json()
     assert (pending["status"], pending["record"]) == ("pending", None)
-    refused = _dispute(owner, make_receipt(agent.key, now))
+    refused = _dispute(owner, agent.receipt(now))
     assert (refused.status_code, refused.json()["code"]) == (409, "receipt_not_evidence")
     assert "pending (grace ends" in refused.json()["message"]
 
@@ -93,7 +93,7 @@ def test_a_receipt_whose_leaf_differs_from_the_log_is_a_mismatch(served: Any) ->
     owner = signed_in(MembershipFactory.create(tenant=contract.tenant).user)
     promised = copy.deepcopy(records[1])
     promised["tokens_in"] += 1  # the agent receipted other usage than the log holds for this record id
-    assert _check(owner, make_receipt(agent.key, promised)).json()["status"] == "mismatch"
+    assert _check(owner, agent.receipt(promised)).json()["status"] == "mismatch"
 
 
 def test_bad_receipts_are_refused_and_another_tenants_is_not_found(served: Any) -> None:
@@ -102,7 +102,10 @@ def test_bad_receipts_are_refused_and_another_tenants_is_not_found(served: Any) 
     for token, message in [
         ("not a receipt", "base64url of a JSON object"),
         (base64.urlsafe_b64encode(b'{"claims": {}}').decode(), "exactly claims, key_id and sig"),
-        (make_receipt(private_key_from_seed(b"\x01" * 32), records[0]), "is not a key of that agent"),
+        (
+            make_receipt(private_key_from_seed(b"\x01" * 32), records[0], canonical_bytes(records[0])),
+            "is not a key of that agent",
+        ),
     ]:
         answer = _check(owner, token)
         assert (answer.status_code, answer.json()["code"]) == (400, "invalid_receipt"), token
@@ -112,7 +115,7 @@ def test_bad_receipts_are_refused_and_another_tenants_is_not_found(served: Any) 
     forged = base64.urlsafe_b64encode(canonical_bytes(envelope)).decode()
     assert _check(owner, forged).json()["message"] == "The receipt's signature does not verify."
     elsewhere = ContractFactory.create(tenant=contract.tenant)  # the tenant's, but not the agent's
-    unbound = make_receipt(agent.key, {**records[0], "contract": elsewhere.code})
+    unbound = agent.receipt({**records[0], "contract": elsewhere.code})
     assert (
         _check(owner, unbound).json()["message"]
         == f"Agent gpu-receipts does not serve contract {elsewhere.code}."

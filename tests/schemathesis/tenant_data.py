@@ -43,7 +43,6 @@ from sla.models import (
 )
 from sla.services import compute_report
 from tests.factories import SigningAgent, signing_agent
-from treemeter_records.receipts import make_receipt
 from webhooks.models import WebhookDelivery, WebhookDeliveryAttempt, WebhookEndpoint, WebhookEvent
 
 PASSWORD = "pw-isolation-1"
@@ -179,8 +178,8 @@ def build_tenant(label: str, *, records: int = RECORDS) -> TenantData:
         sla_report=report,
         dependency=dependency,
         outage=outage,
-        receipt=make_receipt(agent.key, batch[0]),
-        missing_receipts=[make_receipt(agent.key, r) for r in never_shipped],
+        receipt=agent.receipt(batch[0]),
+        missing_receipts=[agent.receipt(r) for r in never_shipped],
         users=users,
         tokens={role: token.secret for role, token in issued.items()},
         token_rows={role: token.token for role, token in issued.items()},
