@@ -62,7 +62,7 @@ def run(total: int, sizes: list[int], *, http: bool) -> None:
     import ingest.services
     from clickhouse_store import query
     from clickhouse_store.migrator import apply_migrations
-    from clickhouse_store.schema import RECORD_FIELDS
+    from clickhouse_store.schema import OPTIONAL_FIELDS, RECORD_FIELDS
     from compute_agents.synthetic import Workload, synthetic_records
     from demo.services import EXECUTOR_IDS, seed_demo
     from ingest.services import ingest_batch
@@ -135,20 +135,21 @@ def run(total: int, sizes: list[int], *, http: bool) -> None:
                         assert response.json()["accepted"] == accepted, response.text
                     http_rate = total / (time.perf_counter() - began)
 
+            fields = (*RECORD_FIELDS, *OPTIONAL_FIELDS)
             columns = [
                 [
                     orjson.dumps(r["outcome"]).decode()
                     if name == "outcome" and r["outcome"]
-                    else ("" if name == "outcome" else r[name])
+                    else ("" if name == "outcome" else r.get(name, 0))  # an optional field: absent is 0
                     for r in records
                 ]
-                for name in RECORD_FIELDS
+                for name in fields
             ]
             query.command("TRUNCATE TABLE bench_bare")
             began = time.perf_counter()
             for i in range(0, total, size):
                 query.insert_rows(
-                    "bench_bare", RECORD_FIELDS, [c[i : i + size] for c in columns], column_oriented=True
+                    "bench_bare", fields, [c[i : i + size] for c in columns], column_oriented=True
                 )
             bare_rate = total / (time.perf_counter() - began)
 

@@ -18,6 +18,9 @@ and a 6 % tax; every tenth has a custom metric. Timed:
 - one bare GROUP BY contract with the same aggregates, without and with FINAL;
 - the rating aggregate again with the custom metric under each aggregation (`period_max(…)`, …): what
   each costs over the summed metric;
+- the LLM price catalogue's lookup for a contract priced by it (`billing.catalogue.with_catalogue`:
+  its tokens per model and day, one query, and the catalogue versions they use; then
+  `catalogue_charges`), for a sample of contracts, against the rating aggregate's share per contract;
 - then the next month's run (as many records again, in December), after one late November record per
   contract: every contract's November invoice is re-measured (`billing.lateness.LateUsageCheck`) and
   gets its adjustment line.
@@ -213,6 +216,7 @@ def run(records: int, contracts: int) -> None:
     for aggregation, seconds in by_aggregation.items():
         table.add_row(aggregation, f"{seconds:.2f}", f"{seconds / by_aggregation['sum']:.2f}")
     console.print(table)
+    _catalogue_lookup(aggregate_s, contracts, console)
     _next_month(records, contracts, console)
 
 
@@ -231,6 +235,51 @@ def _aggregations(meters: list[Any], period: tuple[Any, Any]) -> dict[str, float
         ]
         seconds[aggregation], _ = _timed(partial(usage_by_contract, wrapped, *period))
     return seconds
+
+
+CATALOGUE_SAMPLE = 50
+
+
+def _catalogue_lookup(aggregate_s: float, contracts: int, console: Any) -> None:
+    """Seconds per contract to price its November tokens by the catalogue (two versions of the bench
+    model, the second from 15 November), for a sample of contracts, against the rating aggregate's
+    time per contract."""
+    from dataclasses import replace
+    from datetime import date
+    from decimal import Decimal
+
+    from billing.catalogue import with_catalogue
+    from billing.catalogue_rating import catalogue_charges
+    from billing.rating import PeriodUsage
+    from billing.terms import CatalogueTerms, terms_of
+    from catalog.models import ModelPrice
+    from common.periods import month_bounds
+    from contracts.models import Contract
+
+    for day, output in ((date(2026, 11, 1), "0.000008"), (date(2026, 11, 15), "0.000006")):
+        ModelPrice.objects.create(
+            model_id="bench-moe",
+            currency="CNY",
+            effective_from=day,
+            input_per_token=Decimal("0.000002"),
+            output_per_token=Decimal(output),
+        )
+    nov = month_bounds("2026-11")
+    sample = list(Contract.objects.select_related("tenant").order_by("pk")[:CATALOGUE_SAMPLE])
+    began = time.perf_counter()
+    lines = 0
+    for contract in sample:
+        terms = replace(terms_of(contract, *nov), catalogue=CatalogueTerms("0.1"))
+        priced, usage = with_catalogue(contract, terms, PeriodUsage(0, {}), *nov)
+        assert priced.catalogue is not None
+        lines += len(catalogue_charges(priced.catalogue, usage.catalogue, "CNY"))
+    per_contract = (time.perf_counter() - began) / len(sample)
+    share = aggregate_s / contracts
+    console.print(
+        f"catalogue lookup, per contract priced by the catalogue ({len(sample)} sampled, {lines} lines): "
+        f"{per_contract * 1000:.1f} ms, {per_contract / share:.1f} × the rating aggregate's share of one "
+        f"contract ({share * 1000:.2f} ms)"
+    )
 
 
 def _write_floor() -> float:

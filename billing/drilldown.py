@@ -39,6 +39,7 @@ RECORD_QUANTITY: dict[str, Callable[[dict[str, Any]], Decimal]] = {
     Dimension.TOKENS_IN: lambda r: Decimal(r["tokens_in"]),
     Dimension.TOKENS_OUT: lambda r: Decimal(r["tokens_out"]),
     Dimension.CACHED_TOKENS: lambda r: Decimal(r["prefix_cache_hit_tokens"]),
+    Dimension.CACHE_WRITE_TOKENS: lambda r: Decimal(r.get("prefix_cache_write_tokens", 0)),  # optional
     Dimension.EXPERT_TOKENS: lambda r: Decimal(r["expert_tokens"]),
     Dimension.ROUTING_HOPS: lambda r: Decimal(len(r["hops"])),
     Dimension.L2_MISSES: lambda r: Decimal(r["expert_cache_misses"]),

@@ -120,6 +120,7 @@ def invoice_export(invoice: Invoice, previous_sizes: list[int]) -> tuple[dict[st
             "total": str(invoice.total),
             "tax_terms": _export_tax_terms(invoice),
             "terms": _export_commercial_terms(invoice),
+            "catalogue": _export_catalogue(invoice),
             "lines": [_export_line(line) for line in invoice.lines.all()],
         },
         "prices": _export_prices(invoice),
@@ -157,6 +158,8 @@ def _export_line(line: InvoiceLine) -> dict[str, Any]:
         exported["taxes"] = line.details["taxes"]
     if "coupon" in line.details:
         exported["coupon"] = line.details["coupon"]
+    if "catalogue" in line.details:
+        exported["catalogue"] = line.details["catalogue"]
     return exported
 
 
@@ -174,6 +177,13 @@ def _export_commercial_terms(invoice: Invoice) -> dict[str, Any]:
             {"code": c.code, "percent_off": c.percent_off, "amount_off": c.amount_off} for c in terms.coupons
         ],
     }
+
+
+def _export_catalogue(invoice: Invoice) -> dict[str, Any] | None:
+    """For a contract priced by the LLM price catalogue: the adjustment and the catalogue versions the
+    records used (frozen in the invoice); None for the others."""
+    catalogue = Terms.from_json(invoice.terms).catalogue
+    return catalogue.as_json() if catalogue is not None else None
 
 
 def _export_tax_terms(invoice: Invoice) -> dict[str, Any]:

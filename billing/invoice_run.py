@@ -11,10 +11,10 @@ entity (in contract order, gapless); the ledger checkpoint is read once and the 
 statements come from one set-based ledger read per chunk.
 
 Contracts with rare features go through `generate_invoice` itself, inside the chunk's transaction:
-outcome charges, coupons, invoice credits due (SLA service credits pending or on the open draft, from
-the registered credit source: `billing.adjustments`), usage the run could not measure (or not per
-price segment). Late usage of earlier periods is re-measured for the chunk at once
-(`LateUsageCheck`, which generate_invoice uses for one contract).
+outcome charges, coupons, tokens priced by the LLM price catalogue, invoice credits due (SLA service
+credits pending or on the open draft, from the registered credit source: `billing.adjustments`),
+usage the run could not measure (or not per price segment). Late usage of earlier periods is
+re-measured for the chunk at once (`LateUsageCheck`, which generate_invoice uses for one contract).
 """
 
 from __future__ import annotations
@@ -234,6 +234,7 @@ def _split(
             measured is None
             or (bounds and tuple(s.start for s in measured.segments[1:]) != bounds)
             or terms.coupons
+            or terms.catalogue is not None
             or any(c.dimension == Dimension.OUTCOMES for c in terms.charges)
             or contract.pk in credited
         ):

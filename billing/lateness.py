@@ -24,6 +24,8 @@ from decimal import Decimal
 
 from contracts.models import Contract
 
+from .catalogue import with_catalogue
+from .catalogue_rating import MILLION, catalogue_charges
 from .models import Invoice, InvoiceLine, LateUsage
 from .rating import PeriodUsage, RatedLine, SegmentUsage, rate_versions
 from .selectors import ContractMeter, usage_by_contract
@@ -214,6 +216,72 @@ def _adjust(
                 amount=amount,
                 kind="adjustment",
                 details=details,
+            )
+        )
+    if terms.catalogue is not None:
+        late_tokens = _late_catalogue(contract, invoice, terms, earlier_adjustments, too_old, now)
+        found.lines += late_tokens.lines
+        found.reports += late_tokens.reports
+    return found
+
+
+def _late_catalogue(
+    contract: Contract,
+    invoice: Invoice,
+    terms: Terms,
+    earlier_adjustments: list[InvoiceLine],
+    too_old: bool,
+    now: datetime,
+) -> LateUsageFound:
+    """Late tokens of a contract priced by the LLM price catalogue: per model, catalogue version and
+    token kind, what the period's records cost now less what the invoice and earlier adjustments
+    billed, as one adjustment line each; reported per dimension. Exclusions as of the finalisation."""
+    start, end = invoice.period_start, invoice.period_end
+    empty = PeriodUsage(0, {})
+    current, usage = with_catalogue(contract, terms, empty, start, end, as_of=invoice.finalized_at)
+    found = LateUsageFound([], [])
+    if current.catalogue is None:
+        return found
+    billed: dict[tuple[str, str, str], list[Decimal]] = defaultdict(lambda: [ZERO, ZERO])
+    for line in [*invoice.lines.filter(kind=InvoiceLine.Kind.USAGE), *earlier_adjustments]:
+        if "catalogue" in line.details:
+            listed = line.details["catalogue"]
+            sums = billed[(listed["model_id"], listed["effective_from"], line.dimension)]
+            sums[0] += Decimal(listed["tokens"])
+            sums[1] += line.amount
+    reported: dict[str, list[Decimal]] = defaultdict(lambda: [ZERO, ZERO])
+    for charge in catalogue_charges(current.catalogue, usage.catalogue, terms.currency):
+        tokens, amount = billed[(charge.model_id, charge.effective_from, charge.dimension)]
+        late = charge.tokens - tokens
+        if late <= 0:
+            continue
+        extra = charge.amount - amount
+        reported[charge.dimension][0] += late / MILLION
+        reported[charge.dimension][1] += extra
+        if too_old:
+            continue
+        details = {"period_start": start.isoformat(), "invoice": invoice.number}
+        found.lines.append(
+            RatedLine(
+                dimension=charge.dimension,
+                description=f"Late usage {start:%Y-%m} ({invoice.number}): {charge.description()}",
+                quantity=late / MILLION,
+                unit_price=charge.unit_price,
+                amount=extra,
+                kind="adjustment",
+                details={**details, "catalogue": charge.details(current.catalogue.adjustment, int(late))},
+            )
+        )
+    decision = LateUsage.Decision.IGNORED if too_old else LateUsage.Decision.ADJUSTED
+    for dimension, (quantity, amount) in reported.items():
+        found.reports.append(
+            LateUsage(
+                invoice=invoice,
+                dimension=dimension,
+                quantity=quantity,
+                amount=amount,
+                decision=decision,
+                detected_at=now,
             )
         )
     return found

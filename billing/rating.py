@@ -18,11 +18,13 @@ from datetime import datetime
 from decimal import Decimal
 from typing import Any
 
+from clickhouse_store.queries.billing import CatalogueDay
 from common.money import round_money
 from common.periods import next_period_bounds
 from pricing.charge_models import ChargeModel, Percentage, Volume
 from pricing.dimensions import DIMENSION_CODES, DIMENSION_LABELS
 
+from .catalogue_rating import MILLION, catalogue_charges
 from .taxes import LineTax, TaxedLine, line_taxes
 from .terms import ChargeTerms, Terms
 
@@ -72,6 +74,7 @@ class PeriodUsage:
     values: dict[str, Decimal] = field(default_factory=dict)
     excluded: dict[str, Any] = field(default_factory=dict)  # what exclusions left out, and why
     segments: tuple[SegmentUsage, ...] = ()  # in time order, when prices change within the period
+    catalogue: tuple[CatalogueDay, ...] = ()  # tokens per model and day, for catalogue pricing
 
 
 @dataclass(frozen=True)
@@ -264,6 +267,24 @@ def rate_usage(
     ]
 
 
+def catalogue_lines(terms: Terms, usage: PeriodUsage) -> list[RatedLine]:
+    """The usage lines of a contract priced by the LLM price catalogue (`billing.catalogue_rating`):
+    one per model, catalogue version and token kind, quantities per million tokens."""
+    if terms.catalogue is None:
+        return []
+    return [
+        RatedLine(
+            dimension=charge.dimension,
+            description=charge.description(),
+            quantity=Decimal(charge.tokens) / MILLION,
+            unit_price=charge.unit_price,
+            amount=charge.amount,
+            details={"catalogue": charge.details(terms.catalogue.adjustment)},
+        )
+        for charge in catalogue_charges(terms.catalogue, usage.catalogue, terms.currency)
+    ]
+
+
 def coverage(terms: Terms, start: datetime, end: datetime) -> Decimal:
     """The share of [start, end) the contract runs (1 for a whole period; prorates mid-period changes)."""
     begin = max(start, datetime.fromisoformat(terms.starts_at)) if terms.starts_at else start
@@ -320,6 +341,7 @@ def rate_period(
         for dimension, versions in terms.versions().items()
         for line in rate_versions(versions, usage, start, end, currency, terms.additive(dimension))
     ]
+    lines += catalogue_lines(terms, usage)
     lines += adjustments or []
     fees = base_fee_lines(terms, start, end)
     lines += fees

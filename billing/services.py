@@ -23,6 +23,7 @@ from pricing.dimensions import Dimension
 from pricing.errors import BillingError, TermsError
 
 from . import events, outcomes
+from .catalogue import with_catalogue
 from .completeness import invoice_completeness
 from .lateness import late_usage_adjustments, record_late_usage
 from .models import (
@@ -84,6 +85,7 @@ def generate_invoice(
                     terms.metrics,
                     bounds=bounds,
                 )
+            terms, usage = with_catalogue(contract, terms, usage, period_start, period_end)
             outcome_refs: list[str] = []
             if any(c.dimension == Dimension.OUTCOMES for c in terms.charges):
                 usage, outcome_refs = _with_outcomes(contract, usage, period_start, period_end, now)

@@ -21,10 +21,10 @@ from django.db.models.functions import Cast
 from common.money import MINOR_UNITS
 from contracts.models import Contract, ContractMetric, ContractPrice, ContractTax
 from pricing.charge_models import ChargeModel, build_charge_model
-from pricing.dimensions import DIMENSION_CODES, DIMENSION_LABELS
+from pricing.dimensions import CATALOGUE_DIMENSIONS, DIMENSION_CODES, DIMENSION_LABELS
 from pricing.errors import TermsError
 from pricing.expressions import ADDITIVE_AGGREGATIONS, metric_aggregation, parse_metric
-from pricing.validation import validate_charge
+from pricing.validation import catalogue_priced, validate_charge
 
 from .models import Coupon
 from .taxes import TaxTerms
@@ -59,7 +59,41 @@ class CouponTerms:
     periods: int | None
 
 
-_CONTAINERS = ("credit_order", "charges", "metrics", "coupons", "taxes")
+@dataclass(frozen=True)
+class CatalogueTerms:
+    """Tokens priced per model by the LLM price catalogue (catalog.ModelPrice), adjusted by the
+    contract's `adjustment` (0.1: 10 % markup). `prices`: the catalogue versions the period's records
+    used, pinned when the period is rated (`billing.catalogue`), so a finalised invoice keeps them."""
+
+    adjustment: str
+    prices: tuple[CataloguePrice, ...] = ()
+
+    def as_json(self) -> dict[str, Any]:
+        return {"adjustment": self.adjustment, "prices": [p.as_json() for p in self.prices]}
+
+    @classmethod
+    def from_json(cls, data: dict[str, Any]) -> CatalogueTerms:
+        return cls(data["adjustment"], tuple(CataloguePrice(**p) for p in data.get("prices", [])))
+
+
+@dataclass(frozen=True)
+class CataloguePrice:
+    """One catalogue version as rating uses it: per-token prices as decimal text, a cache price the
+    catalogue does not state being the input price."""
+
+    model_id: str
+    effective_from: str  # ISO day (UTC)
+    input: str
+    output: str
+    cache_read: str
+    cache_write: str
+
+    def as_json(self) -> dict[str, str]:
+        return {name: getattr(self, name) for name in _PRICE_FIELDS}
+
+
+_PRICE_FIELDS = ("model_id", "effective_from", "input", "output", "cache_read", "cache_write")
+_CONTAINERS = ("credit_order", "charges", "metrics", "coupons", "taxes", "catalogue")
 
 
 @dataclass(frozen=True)
@@ -76,6 +110,7 @@ class Terms:
     metrics: dict[str, str] = field(default_factory=dict)
     coupons: list[CouponTerms] = field(default_factory=list)
     taxes: list[TaxTerms] = field(default_factory=list)  # empty: the single `tax_rate` on the subtotal
+    catalogue: CatalogueTerms | None = None  # tokens priced by the LLM price catalogue
     starts_at: str = ""
     ends_at: str = ""
     outcome_window_hours: int = 72
@@ -95,6 +130,7 @@ class Terms:
         ]
         data["coupons"] = [{name: getattr(c, name) for name in _COUPON_FIELDS} for c in self.coupons]
         data["taxes"] = [t.as_json() for t in self.taxes]
+        data["catalogue"] = self.catalogue.as_json() if self.catalogue is not None else None
         return data
 
     def versions(self) -> dict[str, list[ChargeTerms]]:
@@ -125,10 +161,14 @@ class Terms:
         values["charges"] = [ChargeTerms(**c) for c in data.get("charges", [])]
         values["coupons"] = [CouponTerms(**c) for c in data.get("coupons", [])]
         values["taxes"] = [TaxTerms.from_json(t) for t in data.get("taxes", [])]
+        catalogue = data.get("catalogue")
+        values["catalogue"] = CatalogueTerms.from_json(catalogue) if catalogue is not None else None
         return cls(**values)
 
 
-_TERMS_SCALARS = tuple(f.name for f in fields(Terms) if f.name not in ("charges", "coupons", "taxes"))
+_TERMS_SCALARS = tuple(
+    f.name for f in fields(Terms) if f.name not in ("charges", "coupons", "taxes", "catalogue")
+)
 _CHARGE_FIELDS = tuple(f.name for f in fields(ChargeTerms) if f.name != "properties")
 _COUPON_FIELDS = tuple(f.name for f in fields(CouponTerms))
 if [f.name for f in fields(ChargeTerms) if f.type not in ("str", "dict[str, Any]")] or [
@@ -149,7 +189,8 @@ def _plain(value: Any) -> Any:
 _BEGINNING = datetime.min.replace(tzinfo=UTC)
 
 
-def _decimal_text(value: Decimal) -> str:
+def decimal_text(value: Decimal) -> str:
+    """A decimal as terms keep it: plain digits, no exponent, no trailing zeros."""
     return format(value.normalize(), "f")
 
 
@@ -157,14 +198,14 @@ def _charge_terms(price: PriceRow, label: str, metrics: frozenset[str]) -> Charg
     """One price version's charge terms, validated against the contract's metric codes."""
     properties = dict(price.properties)
     if price.charge_model == "per_unit":
-        properties.setdefault("unit_price", _decimal_text(price.unit_price))
+        properties.setdefault("unit_price", decimal_text(price.unit_price))
     validate_charge(price.dimension, price.charge_model, properties, set(metrics))
     return ChargeTerms(
         dimension=price.dimension,
         label=label,
         charge_model=price.charge_model,
         properties=properties,
-        included_quantity=_decimal_text(price.included_quantity),
+        included_quantity=decimal_text(price.included_quantity),
         effective_from=price.effective_from.isoformat() if price.effective_from else "",
     )
 
@@ -341,11 +382,17 @@ def terms_of(
     charges.sort(key=lambda c: order[c.dimension])  # stable: versions stay oldest first
     if contract.currency not in MINOR_UNITS:
         raise TermsError("unsupported_currency", f"Unsupported currency {contract.currency!r}.", {})
+    catalogue = None
+    if contract.price_by_catalogue:
+        priced = sorted({c.dimension for c in charges if c.dimension in CATALOGUE_DIMENSIONS})
+        if priced:
+            raise catalogue_priced(priced)
+        catalogue = CatalogueTerms(decimal_text(contract.catalogue_adjustment))
     coupons = [
         CouponTerms(
             code=c.code,
-            percent_off=None if c.percent_off is None else _decimal_text(c.percent_off),
-            amount_off=None if c.amount_off is None else _decimal_text(c.amount_off),
+            percent_off=None if c.percent_off is None else decimal_text(c.percent_off),
+            amount_off=None if c.amount_off is None else decimal_text(c.amount_off),
             periods=c.periods,
         )
         for c in rows.coupons
@@ -353,16 +400,17 @@ def terms_of(
     return Terms(
         contract=contract.code,
         currency=contract.currency,
-        base_fee=_decimal_text(contract.base_fee),
+        base_fee=decimal_text(contract.base_fee),
         base_fee_timing=contract.base_fee_timing,
-        minimum_commitment=_decimal_text(contract.minimum_commitment),
-        tax_rate=_decimal_text(contract.tax_rate),
+        minimum_commitment=decimal_text(contract.minimum_commitment),
+        tax_rate=decimal_text(contract.tax_rate),
         tax_inclusive=contract.tax_inclusive,
         credit_order=list(contract.credit_order or []),
         charges=charges,
         metrics=metrics,
         coupons=coupons,
-        taxes=[TaxTerms(t.code, t.name, _decimal_text(t.rate), tuple(t.applies_to)) for t in rows.taxes],
+        taxes=[TaxTerms(t.code, t.name, decimal_text(t.rate), tuple(t.applies_to)) for t in rows.taxes],
+        catalogue=catalogue,
         starts_at=contract.starts_at.isoformat(),
         ends_at=contract.ends_at.isoformat() if contract.ends_at else "",
         outcome_window_hours=contract.outcome_window_hours,

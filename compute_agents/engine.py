@@ -56,7 +56,8 @@ class Generation:
     routed: torch.Tensor  # [tokens-1, moe_layers, top_k] expert ids
     l2_us: int  # preheat and expert loads
     l3_us: int  # forward passes, expert loads excluded
-    prefix_cache_hit_tokens: int = 0
+    prefix_cache_hit_tokens: int = 0  # prompt tokens read from the engine's prefix cache
+    prefix_cache_write_tokens: int = 0  # prompt tokens it stored there (new full cache blocks)
     expert_cache_hits: int = 0
     expert_cache_misses: int = 0
 
@@ -282,6 +283,9 @@ class TorchEngine(PromptLayout):
             routed=routed,
             l2_us=(preheat_ns + load_ns + write_back_ns) // 1000,
             l3_us=(forward_ns - load_ns) // 1000,
+            # No prefix cache here: every prompt token is computed, none is read from or kept in one.
+            prefix_cache_hit_tokens=0,
+            prefix_cache_write_tokens=0,
             expert_cache_hits=use.stats.hits,
             expert_cache_misses=use.stats.misses,
         )

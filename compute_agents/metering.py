@@ -121,11 +121,12 @@ class Meter:
         OpenAI's usage, and the experts of every choice (each ran its own forward passes)."""
         l1_in = trip.l1_in_us or trip.l1_so_far_us()
         experts: list[dict[str, int]] = []
-        tokens_out = hits = misses = cached = l2 = l3 = 0
+        tokens_out = hits = misses = cached = written = l2 = l3 = 0
         if choices:
             routed = torch.cat([choice.routed for choice in choices])
             experts = expert_counts(routed, self.engine.num_experts)
             tokens_in, cached = choices[0].tokens_in, choices[0].prefix_cache_hit_tokens
+            written = choices[0].prefix_cache_write_tokens
             for choice in choices:
                 tokens_out += choice.tokens_out
                 hits, misses = hits + choice.expert_cache_hits, misses + choice.expert_cache_misses
@@ -164,6 +165,7 @@ class Meter:
                 hops=hops,
                 experts=experts,
                 prefix_cache_hit_tokens=cached,
+                prefix_cache_write_tokens=written,  # left out of the record when 0
                 expert_cache_hits=hits,
                 expert_cache_misses=misses,
                 status=status,

@@ -41,6 +41,9 @@ def synthetic_records(
         l1, l2, l3 = rng.randint(200, 900), rng.randint(1_000, 9_000), rng.randint(20_000, 140_000)
         start = start_ns + index * step
         hits = rng.randint(0, 6)
+        cached = rng.randint(0, tokens_in // 2)
+        # The prompt's full prefix-cache blocks (16 tokens) beyond the cached part are stored: cache writes.
+        written = max(0, tokens_in // 16 * 16 - cached)
         yield make_record(
             record_id=new_record_id(),
             agent_id=workload.agent_id,
@@ -65,7 +68,8 @@ def synthetic_records(
                 {"layer": "L1", "node": "router-1", "latency_us": l1 - l1 // 2},
             ],
             experts=experts,
-            prefix_cache_hit_tokens=rng.randint(0, tokens_in // 2),
+            prefix_cache_hit_tokens=cached,
+            prefix_cache_write_tokens=written,
             expert_cache_hits=hits,
             expert_cache_misses=len(experts) - min(hits, len(experts)),
             status="ok" if rng.random() > 0.02 else "error",

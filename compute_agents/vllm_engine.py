@@ -12,7 +12,9 @@ Two ways to capture which experts each request's tokens were routed to (``captur
 - ``auto``: native on a GPU platform with vLLM >= 0.14, else hook.
 
 The prefix cache is vLLM's own; ``num_cached_tokens`` becomes the record's prefix-cache hits, and both
-ways keep the rows computed for the request: ``[tokens - 1 - cached, moe_layers, top_k]``.
+ways keep the rows computed for the request: ``[tokens - 1 - cached, moe_layers, top_k]``. Its writes
+(``prefix_cache_writes``) are the prompt's full blocks beyond the cached prefix: vLLM stores every full
+block of a prompt it computed, so they are the new blocks this request added to the cache.
 
 Requests are batched continuously: ``generate`` adds its request to vLLM's engine and waits for its
 outputs; one thread steps the engine for every request in flight (vLLM schedules them together) and
@@ -91,6 +93,16 @@ def routed_from_native(
     return torch.from_numpy(routed_experts[cached_tokens:].astype(np.int64))
 
 
+def prefix_cache_writes(prompt_tokens: int, cached_tokens: int, block_size: int, *, enabled: bool) -> int:
+    """The prompt tokens a request wrote into vLLM's prefix cache: its full blocks beyond the cached
+    prefix, ``(prompt_tokens // block_size) * block_size - cached_tokens``, at least 0; none when prefix
+    caching is off. The partial last block is not stored (it has no block hash), and tokens generated
+    after the prompt are not prompt tokens. Hits and writes together never exceed the prompt."""
+    if not enabled or block_size <= 0:
+        return 0
+    return max(0, (prompt_tokens // block_size) * block_size - cached_tokens)
+
+
 class VllmEngine(PromptLayout):
     """Prompts laid out and counted as in the torch engine (``PromptLayout``), by vLLM's tokenizer."""
 
@@ -127,6 +139,9 @@ class VllmEngine(PromptLayout):
             **native,
         )
         config = self.llm.llm_engine.model_config.hf_config
+        cache_config = self.llm.llm_engine.vllm_config.cache_config
+        self.prefix_caching: bool = bool(cache_config.enable_prefix_caching)
+        self.block_size: int = int(cache_config.block_size)
         self.moe_layers: int = config.num_hidden_layers
         self.num_experts: int = config.num_experts
         self.top_k: int = config.num_experts_per_tok
@@ -268,6 +283,9 @@ class VllmEngine(PromptLayout):
             l2_us=0,
             l3_us=elapsed_ns // 1000,
             prefix_cache_hit_tokens=cached,
+            prefix_cache_write_tokens=prefix_cache_writes(
+                tokens_in, cached, self.block_size, enabled=self.prefix_caching
+            ),
         )
 
     def resident_experts(self) -> dict[int, list[int]]:

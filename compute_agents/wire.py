@@ -8,6 +8,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from treemeter_records.limits import FORBIDDEN_CONTROL, TEXT_MAX
+from treemeter_records.validation import PREFIX_CACHE_WRITE_TOKENS
 
 CHAT_ROUTE = "/v1/chat/completions"
 
@@ -37,12 +38,16 @@ def error_body(message: str, kind: str, code: str | None, param: str | None = No
 
 
 def usage(record: dict[str, Any]) -> dict[str, Any]:
-    """What the record bills, in OpenAI's usage shape (with the measured prefix-cache hits)."""
+    """What the record bills, in OpenAI's usage shape (with the measured prefix-cache hits, and the
+    prompt tokens written into the prefix cache: the record's optional field, 0 when absent)."""
     return {
         "prompt_tokens": record["tokens_in"],
         "completion_tokens": record["tokens_out"],
         "total_tokens": record["tokens_in"] + record["tokens_out"],
-        "prompt_tokens_details": {"cached_tokens": record["prefix_cache_hit_tokens"]},
+        "prompt_tokens_details": {
+            "cached_tokens": record["prefix_cache_hit_tokens"],
+            "cache_write_tokens": record.get(PREFIX_CACHE_WRITE_TOKENS, 0),
+        },
     }
 
 

@@ -11,6 +11,7 @@ urlpatterns = [
     path("logout/", home.LogoutView.as_view(), name="portal-logout"),
     path("packages/", catalog.packages, name="portal-packages"),
     path("packages/buy", catalog.buy, name="portal-buy"),
+    path("model-prices/", catalog.model_price_list, name="portal-model-prices"),
     path("contracts/", contracts.contract_list, name="portal-contracts"),
     path("contracts/<str:code>", contracts.contract_detail, name="portal-contract"),
     path("usage/", usage.dashboard, name="portal-usage"),

@@ -73,6 +73,10 @@ FILLERS: dict[str, Fill] = {
     "package-list": Fill(),
     # The catalogue is the same for every tenant: a package is not a tenant's object.
     "package-detail": Fill(lambda d: {"code": d.package.code}, shared=True),
+    # The LLM price catalogue is the same for every tenant too (import: staff only).
+    "model-price-list": Fill(),
+    "model-price-export": Fill(query=lambda _: {"currency": "CNY"}),
+    "model-price-import": Fill(query=lambda _: {"currency": "CNY", "effective_from": "2026-12-01"}),
     "purchase": Fill(body=lambda d: {"package": d.package.code}),
     "token-list": Fill(),
     "token-revoke": Fill(lambda d: {"prefix": d.token_rows[Role.READ_ONLY].prefix}),
@@ -163,6 +167,7 @@ FILLERS: dict[str, Fill] = {
     "portal-home": Fill(),
     "portal-packages": Fill(),
     "portal-buy": Fill(),
+    "portal-model-prices": Fill(),
     "portal-contracts": Fill(),
     "portal-contract": Fill(lambda d: {"code": d.contract.code}),
     "portal-usage": Fill(),

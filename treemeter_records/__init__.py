@@ -56,6 +56,8 @@ from .signing import (
     verify_signature,
 )
 from .validation import (
+    OPTIONAL_RECORD_FIELDS,
+    PREFIX_CACHE_WRITE_TOKENS,
     RECORD_FIELDS,
     RECORD_FIELDS_V2,
     RECORD_VERSION,
@@ -73,6 +75,8 @@ __all__ = [
     "EMPTY_ROOT",
     "HEADER_FIELDS",
     "INGEST_PATH",
+    "OPTIONAL_RECORD_FIELDS",
+    "PREFIX_CACHE_WRITE_TOKENS",
     "RECORD_DOMAIN",
     "RECORD_ERROR_CODES",
     "RECORD_FIELDS",

@@ -7,7 +7,7 @@ from typing import Any
 
 import uuid6
 
-from .validation import RECORD_VERSION, validate_record
+from .validation import PREFIX_CACHE_WRITE_TOKENS, RECORD_VERSION, validate_record
 
 
 def new_record_id() -> str:
@@ -24,12 +24,17 @@ def make_record(**fields: Any) -> dict[str, Any]:
 
     Fills ``v``; ``record_id`` (a new UUIDv7) and ``outcome`` (null) when not given; sorts
     ``experts`` by (layer, expert) and derives ``distinct_experts`` / ``expert_tokens`` from
-    them unless given (a given value that disagrees fails with ``inconsistent_totals``).
-    Raises ``RecordError`` on any problem. The timestamp-in-future rule is the server's.
+    them unless given (a given value that disagrees fails with ``inconsistent_totals``); drops
+    ``prefix_cache_write_tokens`` when it is 0 (the optional field is present only from 1 on), so
+    callers may always pass it. Raises ``RecordError`` on any problem. The timestamp-in-future rule
+    is the server's.
     """
     rec: dict[str, Any] = {"v": RECORD_VERSION, **fields}
     rec.setdefault("record_id", new_record_id())
     rec.setdefault("outcome", None)
+    writes = rec.get(PREFIX_CACHE_WRITE_TOKENS)
+    if type(writes) is int and writes == 0:
+        del rec[PREFIX_CACHE_WRITE_TOKENS]
     experts = rec.get("experts")
     if type(experts) is list:
         experts = [dict(e) if isinstance(e, dict) else e for e in experts]

@@ -5,6 +5,10 @@ decision, as the executor received it) and ``executor_sig`` (the executor's sign
 the record). This module checks their form and how they agree with the record; whether the signatures
 verify needs the registered keys (``treemeter_records.routed``).
 
+Both versions have one optional field, added after their release: ``prefix_cache_write_tokens``
+(``OPTIONAL_RECORD_FIELDS``), present only when at least 1, so absent means 0, every record made
+before it stays valid and byte-identical, and each value has one encoding.
+
 This is on the ingest hot path: plain dicts straight from orjson, ``type(x) is int`` checks
 (``bool`` is not an int here), precompiled ``fullmatch`` patterns, no per-record objects.
 """
@@ -69,6 +73,14 @@ _FIELD_SET = frozenset(RECORD_FIELDS)
 #: Every v2 field: v1's, then the router's signed decision and the executor's signature.
 RECORD_FIELDS_V2: tuple[str, ...] = (*RECORD_FIELDS, "decision", "executor_sig")
 _FIELD_SET_V2 = frozenset(RECORD_FIELDS_V2)
+#: Prompt tokens the engine wrote into its prefix cache for the request (new full cache blocks stored):
+#: optional in v1 and v2, present only when at least 1 (absent means 0), so records made before it stay
+#: valid and byte-identical. ``prefix_cache_hit_tokens`` + this is at most ``tokens_in``.
+PREFIX_CACHE_WRITE_TOKENS = "prefix_cache_write_tokens"
+#: The optional fields of v1 and v2 records, in documentation order.
+OPTIONAL_RECORD_FIELDS: tuple[str, ...] = (PREFIX_CACHE_WRITE_TOKENS,)
+_FIELD_SET_WRITES = _FIELD_SET | {PREFIX_CACHE_WRITE_TOKENS}
+_FIELD_SET_V2_WRITES = _FIELD_SET_V2 | {PREFIX_CACHE_WRITE_TOKENS}
 DECISION_FIELDS = ("claims", "key_id", "sig")
 SIGNATURE_FIELDS = ("key_id", "sig")
 #: The router's claims, in documentation order (all required, no others allowed).
@@ -295,8 +307,12 @@ def validate_record(rec: Any) -> None:
         _fail(WRONG_TYPE, "v", "v must be an integer")
     if v not in SUPPORTED_VERSIONS:
         _fail(UNSUPPORTED_VERSION, "v", f"record version {v} is not supported (expected 1 or 2)")
-    if rec.keys() != (_FIELD_SET if v == RECORD_VERSION else _FIELD_SET_V2):
-        _check_keys(rec, RECORD_FIELDS if v == RECORD_VERSION else RECORD_FIELDS_V2, "")
+    keys = rec.keys()
+    if v == RECORD_VERSION:
+        if keys != _FIELD_SET and keys != _FIELD_SET_WRITES:
+            _check_keys(rec, (*RECORD_FIELDS, *(f for f in OPTIONAL_RECORD_FIELDS if f in rec)), "")
+    elif keys != _FIELD_SET_V2 and keys != _FIELD_SET_V2_WRITES:
+        _check_keys(rec, (*RECORD_FIELDS_V2, *(f for f in OPTIONAL_RECORD_FIELDS if f in rec)), "")
 
     record_id = rec["record_id"]
     if type(record_id) is not str:
@@ -330,6 +346,11 @@ def validate_record(rec: Any) -> None:
     distinct = _uint(rec["distinct_experts"], "distinct_experts", U63)
     expert_tokens = _uint(rec["expert_tokens"], "expert_tokens", U63)
     prefix_hits = _uint(rec["prefix_cache_hit_tokens"], "prefix_cache_hit_tokens", U32)
+    prefix_writes = 0
+    if PREFIX_CACHE_WRITE_TOKENS in rec:
+        prefix_writes = rec[PREFIX_CACHE_WRITE_TOKENS]
+        if type(prefix_writes) is not int or not 0 < prefix_writes < U32:
+            _check_cache_writes(prefix_writes)
     _uint(rec["expert_cache_hits"], "expert_cache_hits", U32)
     _uint(rec["expert_cache_misses"], "expert_cache_misses", U32)
     status = rec["status"]
@@ -348,10 +369,28 @@ def validate_record(rec: Any) -> None:
         _fail(INCONSISTENT_TOTALS, "expert_tokens", "expert_tokens must equal the sum of experts' tokens")
     if prefix_hits > tokens_in:
         _fail(INCONSISTENT_TOTALS, "prefix_cache_hit_tokens", "prefix_cache_hit_tokens exceeds tokens_in")
+    if prefix_hits + prefix_writes > tokens_in:
+        _fail(
+            INCONSISTENT_TOTALS,
+            PREFIX_CACHE_WRITE_TOKENS,
+            "prefix_cache_hit_tokens + prefix_cache_write_tokens exceeds tokens_in",
+        )
     if v == RECORD_VERSION_V2:
         _check_signature_form(rec["executor_sig"], "executor_sig", SIGNATURE_FIELDS)
         _check_signature_form(rec["decision"], "decision", DECISION_FIELDS)
         check_decision_agrees(rec, check_claims(rec["decision"]["claims"]))
+
+
+def _check_cache_writes(value: Any) -> NoReturn:
+    """The error of a ``prefix_cache_write_tokens`` outside [1, 2**32): 0 is absent, never written."""
+    field = PREFIX_CACHE_WRITE_TOKENS
+    if type(value) is not int:
+        _fail(WRONG_TYPE, field, f"{field} must be an integer")
+    if value < 0:
+        _fail(NEGATIVE_VALUE, field, f"{field} must not be negative")
+    if value == 0:
+        _fail(INVALID_VALUE, field, f"{field} is present only when at least 1 (absent means 0)")
+    _fail(INVALID_VALUE, field, f"{field} must be in [1, {U32})")
 
 
 def _check_signature_form(value: Any, field: str, fields: tuple[str, ...]) -> None:

@@ -5,9 +5,11 @@ error). This module proves a line valid without building a dict per record: msgs
 in C into ``WireRecord`` (types, key set, ranges, enums, slugs, lengths; booleans are not integers),
 re-encoding it gives the canonical bytes to compare with the line (the fields are declared in canonical
 key order), and what msgspec cannot express (experts sorted and unique, the sums, ``end_ns`` after
-``start_ns``, ``prefix_cache_hit_tokens`` within ``tokens_in``, no control characters, ``outcome``'s
-rules) is checked after it. The Structs are not tracked by the garbage collector, so a 10k-record batch
-adds nothing for it to walk.
+``start_ns``, ``prefix_cache_hit_tokens`` + ``prefix_cache_write_tokens`` within ``tokens_in``, no
+control characters, ``outcome``'s rules) is checked after it. The optional ``prefix_cache_write_tokens``
+defaults to 0 and is left out when encoded at 0 (``omit_defaults``), so a line without it re-encodes to
+itself, and a line that writes it as 0 fails its ``ge=1`` and takes the reference path. The Structs
+are not tracked by the garbage collector, so a 10k-record batch adds nothing for it to walk.
 
 The fast path only ever accepts: when it cannot prove a line valid (``fast_record`` answers None), the
 line takes the reference path, which names the seq, the field and the rule. Text with characters
@@ -106,7 +108,8 @@ class WireSignature(Struct, forbid_unknown_fields=True, gc=False):
 
 class WireRecord(Struct, forbid_unknown_fields=True, gc=False, kw_only=True, omit_defaults=True):
     """A v1 or v2 record as decoded from its wire line; fields in canonical key order (see the module
-    doc). v1 lines have no ``decision`` and ``executor_sig`` (None here, and left out when encoded)."""
+    doc). v1 lines have no ``decision`` and ``executor_sig`` (None here, and left out when encoded); a
+    line without ``prefix_cache_write_tokens`` has 0 here (left out when encoded)."""
 
     agent_id: Slug
     client_request_id: Annotated[str, Meta(max_length=TEXT_MAX)]
@@ -125,6 +128,7 @@ class WireRecord(Struct, forbid_unknown_fields=True, gc=False, kw_only=True, omi
     outcome: msgspec.Raw
     package: Slug
     prefix_cache_hit_tokens: U32
+    prefix_cache_write_tokens: Annotated[int, Meta(ge=1, le=_UINT32)] = 0
     record_id: RecordId
     seq: U63
     sla_class: Slug
@@ -163,7 +167,7 @@ def fast_record(line: bytes) -> WireRecord | None:
         rec.end_ns < rec.start_ns
         or rec.distinct_experts != len(experts)
         or rec.expert_tokens != total
-        or rec.prefix_cache_hit_tokens > rec.tokens_in
+        or rec.prefix_cache_hit_tokens + rec.prefix_cache_write_tokens > rec.tokens_in
         or not (rec.client_request_id + rec.model_id).isprintable()
     ):
         return None

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from decimal import Decimal
+
 from django.http import Http404, HttpRequest, HttpResponse
 
 from accounts.access import Principal
@@ -10,6 +12,16 @@ from common.periods import month_of
 from .. import selectors
 from ..access import portal_view
 from .common import page
+
+
+def catalogue_adjustment(adjustment: Decimal) -> tuple[str, Decimal]:
+    """A catalogue-priced contract's adjustment as a sign and a percentage without trailing zeros:
+    0.1 → ("+", 10), -0.15 → ("−", 15), 0 → ("", 0): at list price."""
+    percent = (abs(adjustment) * 100).normalize()
+    exponent = percent.as_tuple().exponent
+    if isinstance(exponent, int) and exponent > 0:
+        percent = percent.quantize(Decimal(1))
+    return ("+" if adjustment > 0 else "\u2212" if adjustment < 0 else ""), percent
 
 
 @portal_view()
@@ -24,6 +36,7 @@ def contract_detail(request: HttpRequest, principal: Principal, code: str) -> Ht
     if contract is None:
         raise Http404
     start, end = selectors.current_period()
+    sign, percent = catalogue_adjustment(contract.catalogue_adjustment)
     return page(
         request,
         "frontend/contract.html",
@@ -37,4 +50,6 @@ def contract_detail(request: HttpRequest, principal: Principal, code: str) -> Ht
         ),
         contract_tokens=selectors.contract_tokens(contract, start, end),
         invoices=selectors.invoices(principal).filter(contract=contract)[:12],
+        catalogue_sign=sign,
+        catalogue_percent=percent,
     )

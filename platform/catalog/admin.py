@@ -1,6 +1,7 @@
 from django.contrib import admin
+from django.http import HttpRequest
 
-from .models import ComputePackage, HostCostProfile, PackagePlan, PlanPrice
+from .models import ComputePackage, HostCostProfile, ModelPrice, PackagePlan, PlanPrice
 
 
 class PackagePlanInline(admin.TabularInline):
@@ -39,3 +40,15 @@ class HostCostProfileAdmin(admin.ModelAdmin):
         "power_per_hour",
         "operations_per_hour",
     ]
+
+
+@admin.register(ModelPrice)
+class ModelPriceAdmin(admin.ModelAdmin):
+    """Read only: a stored version may have priced an invoice; a new price is a new version (import)."""
+
+    list_display = ["model_id", "currency", "effective_from", "input_per_token", "output_per_token"]
+    list_filter = ["currency", "effective_from"]
+    search_fields = ["model_id"]
+
+    def has_change_permission(self, request: HttpRequest, obj: ModelPrice | None = None) -> bool:
+        return False

@@ -135,3 +135,44 @@ class PlanPrice(models.Model):
             validate_charge(self.dimension, self.charge_model, properties, set())
         except TermsError as error:
             raise ValidationError(f"{error.message} ({error.code})") from None
+
+
+class ModelPrice(models.Model):
+    """One version of one model's list prices per token, in one currency: input, output, prefix-cache
+    reads and prefix-cache writes (LiteLLM's `model_prices_and_context_window.json` has the same four).
+    A version is in force from its `effective_from` day (00:00 UTC) until the next version of the same
+    model and currency; a record is priced by the version in force on its start day. An empty cache
+    price means the model's input price. Versions are never edited once stored: a new price is a new
+    version (catalog.model_prices)."""
+
+    model_id = models.CharField(max_length=128, help_text="The records' model_id.")
+    currency = models.CharField(max_length=3, choices=CURRENCY_CHOICES, validators=[validate_currency])
+    effective_from = models.DateField(help_text="UTC day from which this version is in force.")
+    input_per_token = models.DecimalField(max_digits=24, decimal_places=15, validators=[MinValueValidator(0)])
+    output_per_token = models.DecimalField(
+        max_digits=24, decimal_places=15, validators=[MinValueValidator(0)]
+    )
+    cache_read_per_token = models.DecimalField(
+        max_digits=24, decimal_places=15, null=True, blank=True, validators=[MinValueValidator(0)]
+    )
+    cache_write_per_token = models.DecimalField(
+        max_digits=24, decimal_places=15, null=True, blank=True, validators=[MinValueValidator(0)]
+    )
+    provider = models.CharField(max_length=64, blank=True, help_text="LiteLLM's litellm_provider.")
+    mode = models.CharField(max_length=32, blank=True, help_text="LiteLLM's mode (chat, embedding, …).")
+    created_at = models.DateTimeField(auto_now_add=True)
+
+    class Meta:
+        ordering = ["model_id", "currency", "effective_from"]
+        constraints = [
+            models.UniqueConstraint(
+                fields=["model_id", "currency", "effective_from"], name="one_model_price_per_day"
+            ),
+            models.CheckConstraint(
+                condition=models.Q(input_per_token__gte=0, output_per_token__gte=0),
+                name="model_price_not_negative",
+            ),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.model_id} {self.currency} from {self.effective_from.isoformat()}"

@@ -1,10 +1,15 @@
-"""Reads for the catalogue: active packages with their purchasable plans and price templates."""
+"""Reads for the catalogue: active packages with their purchasable plans and price templates, and the
+LLM price catalogue's versions."""
 
 from __future__ import annotations
 
-from django.db.models import Prefetch, QuerySet
+from collections.abc import Iterable
+from datetime import date
 
-from .models import ComputePackage, PackagePlan
+from django.db.models import Exists, OuterRef, Prefetch, QuerySet
+
+from .litellm import ListedPrice
+from .models import ComputePackage, ModelPrice, PackagePlan
 
 
 def active_packages() -> QuerySet[ComputePackage]:
@@ -20,3 +25,53 @@ def purchasable_plan(package_code: str, plan_code: str) -> PackagePlan | None:
         .filter(package__code=package_code, package__active=True, code=plan_code, active=True)
         .first()
     )
+
+
+def model_prices(currency: str = "", model_id: str = "", as_of: date | None = None) -> QuerySet[ModelPrice]:
+    """The catalogue's versions, by model, currency and day; with `as_of`, only the version of each
+    model and currency in force on that day (none newer on or before it)."""
+    versions = ModelPrice.objects.all()
+    if currency:
+        versions = versions.filter(currency=currency)
+    if model_id:
+        versions = versions.filter(model_id=model_id)
+    if as_of is None:
+        return versions
+    newer = ModelPrice.objects.filter(
+        model_id=OuterRef("model_id"),
+        currency=OuterRef("currency"),
+        effective_from__gt=OuterRef("effective_from"),
+        effective_from__lte=as_of,
+    )
+    return versions.filter(effective_from__lte=as_of).exclude(Exists(newer))
+
+
+def price_versions(currency: str, model_ids: Iterable[str], first: date, last: date) -> list[ModelPrice]:
+    """Of these models, in `currency`, the versions in force on some day of [first, last]: each model's
+    version in force on `first` and those starting after it, by `last`."""
+    models = sorted(set(model_ids))
+    versions = list(
+        ModelPrice.objects.filter(currency=currency, model_id__in=models, effective_from__lte=last)
+    )
+    kept: list[ModelPrice] = []
+    for model in models:
+        own = [v for v in versions if v.model_id == model]
+        earlier = [v for v in own if v.effective_from <= first]
+        kept += earlier[-1:] + [v for v in own if v.effective_from > first]
+    return kept
+
+
+def listed_prices(currency: str, as_of: date) -> list[ListedPrice]:
+    """The versions in force on `as_of` in `currency`, as LiteLLM's file lists them."""
+    return [
+        ListedPrice(
+            model_id=price.model_id,
+            input_per_token=price.input_per_token,
+            output_per_token=price.output_per_token,
+            cache_read_per_token=price.cache_read_per_token,
+            cache_write_per_token=price.cache_write_per_token,
+            provider=price.provider,
+            mode=price.mode,
+        )
+        for price in model_prices(currency, as_of=as_of)
+    ]

@@ -6,7 +6,8 @@ to run: change the schema with a new migration (ALTER …) instead.
 
 `usage_records` holds one row per request: the stored columns are named exactly like the keys of
 usage record formats v1 and v2, so agent JSON lines insert as they are (JSONEachRow). The derived columns are
-MATERIALIZED/DEFAULT, so `SELECT *` and inserts only ever see the record's own fields.
+MATERIALIZED/DEFAULT, so `SELECT *` and inserts only ever see the record's own fields. A record's
+optional fields (absent means 0) are DEFAULT 0 columns, so a line without them inserts as it is.
 
 Cluster variant: a ReplicatedReplacingMergeTree table `usage_records_local` on every node and a
 Distributed table `usage_records` over it, sharded by cityHash64(tenant). All copies of a record have
@@ -155,6 +156,23 @@ def usage_records_claim_columns_ddl(cluster: str) -> list[str]:
         f"ALTER TABLE {table}{on_cluster(cluster)} ADD COLUMN IF NOT EXISTS {name} {spec}"
         for table in tables
         for name, spec in CLAIM_COLUMNS
+    ]
+
+
+# Optional record fields (v1 and v2, absent means 0), added by migration 0006: the prompt tokens the
+# engine wrote into its prefix cache. DEFAULT 0, so a JSON line without the key inserts 0; a record read
+# back leaves the key out when it is 0, as its agent did (docs/record-format.md).
+CACHE_WRITE_COLUMNS: tuple[tuple[str, str], ...] = (("prefix_cache_write_tokens", "UInt32 DEFAULT 0"),)
+OPTIONAL_FIELDS: tuple[str, ...] = tuple(name for name, _ in CACHE_WRITE_COLUMNS)
+
+
+def usage_records_cache_write_columns_ddl(cluster: str) -> list[str]:
+    """ALTER statements adding `prefix_cache_write_tokens` (and to the local table on a cluster)."""
+    tables = [USAGE_RECORDS_LOCAL, USAGE_RECORDS] if cluster else [USAGE_RECORDS]
+    return [
+        f"ALTER TABLE {table}{on_cluster(cluster)} ADD COLUMN IF NOT EXISTS {name} {spec}"
+        for table in tables
+        for name, spec in CACHE_WRITE_COLUMNS
     ]
 
 

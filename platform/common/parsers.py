@@ -11,6 +11,11 @@ Every REST body (DRF's only parser, `JsonParser`) and every view that reads a JS
 
 orjson stops at its own depth limit (1024) with a decode error, so no input reaches a recursion limit;
 the depth and member limits are checked afterwards, without recursion (`json_limit_problem`).
+
+One kind of body is not a request but a file users keep, read by its own reader: a LiteLLM price file
+(`catalog.model_prices_api`), decoded as exact decimals and larger than any request.
+`JsonFileParser` hands such a view the body's bytes, at most `JSON_FILE_MAX_BYTES`; the view's reader
+then owns its rules.
 """
 
 from __future__ import annotations
@@ -76,3 +81,23 @@ class JsonParser(BaseParser):
         if request is not None and declared_length(request.META) > limit:
             raise RequestTooLarge(limit)
         return loads(stream.read(limit + 1))
+
+
+class JsonFileParser(BaseParser):
+    """An `application/json` body that is a file for the view's own reader (see the module docstring):
+    its bytes under `KEY`, at most `JSON_FILE_MAX_BYTES` (else 413 `request_too_large`)."""
+
+    media_type = "application/json"
+    KEY = "file"
+
+    def parse(
+        self, stream: IO[Any], media_type: str | None = None, parser_context: Mapping[str, Any] | None = None
+    ) -> dict[str, bytes]:
+        limit = int(settings.JSON_FILE_MAX_BYTES)
+        request = (parser_context or {}).get("request")
+        if request is not None and declared_length(request.META) > limit:
+            raise RequestTooLarge(limit)
+        body = stream.read(limit + 1) if stream is not None else b""
+        if len(body) > limit:
+            raise RequestTooLarge(limit)
+        return {self.KEY: bytes(body)}

@@ -198,6 +198,9 @@ INGEST_MAX_PAST_DAYS = env.integer("INGEST_MAX_PAST_DAYS", 35, minimum=1)
 DATA_UPLOAD_MAX_MEMORY_SIZE = INGEST_MAX_BATCH_BYTES + 1024
 # Every other JSON body (REST and agent requests; common.parsers): at most this many bytes, else 413.
 API_JSON_MAX_BYTES = env.integer("API_JSON_MAX_BYTES", 1024 * 1024, minimum=1024)
+# A body that is a file users keep (common.parsers.JsonFileParser): a LiteLLM price file imported into
+# the LLM price catalogue; LiteLLM's own file is about 1.5 MB.
+JSON_FILE_MAX_BYTES = env.integer("JSON_FILE_MAX_BYTES", 8 * 1024 * 1024, minimum=1024)
 
 # Stripe (billing.payments): empty key = invoices are not pushed; STRIPE_API_BASE points tests at a fake.
 STRIPE_API_KEY = env.text("STRIPE_API_KEY", "")

@@ -121,6 +121,18 @@ class Contract(models.Model):
         default=False,
         help_text="Requests in an SLA customer-dependency exclusion are not billed (docs/billing.md).",
     )
+    price_by_catalogue = models.BooleanField(
+        default=False,
+        help_text="Tokens are priced per model by the LLM price catalogue (catalog.ModelPrice), in force "
+        "on each record's start day, with the adjustment below.",
+    )
+    catalogue_adjustment = models.DecimalField(
+        max_digits=6,
+        decimal_places=4,
+        default=ZERO,
+        validators=[MinValueValidator(-1)],
+        help_text="On the catalogue's prices: 0.10 is a 10 % markup, -0.15 a 15 % discount.",
+    )
     credit_order = models.JSONField(
         default=list,
         blank=True,
@@ -137,6 +149,10 @@ class Contract(models.Model):
                 condition=models.Q(minimum_commitment__gte=0), name="commitment_not_negative"
             ),
             models.CheckConstraint(condition=models.Q(tax_rate__gte=0), name="tax_rate_not_negative"),
+            models.CheckConstraint(
+                condition=models.Q(catalogue_adjustment__gte=-1),
+                name="catalogue_adjustment_at_least_minus_one",
+            ),
         ]
 
     def __str__(self) -> str:

@@ -11,11 +11,11 @@ from typing import Any
 from django.db import transaction
 
 from accounts.validators import SLUG_CODE
-from pricing.dimensions import Dimension
+from pricing.dimensions import CATALOGUE_DIMENSIONS, Dimension
 from pricing.errors import BillingError, TermsError
 from pricing.expressions import parse_metric
 from pricing.line_kinds import CREDITABLE_KINDS, LineKind
-from pricing.validation import validate_charge
+from pricing.validation import catalogue_priced, validate_charge
 
 from .models import Contract, ContractMetric, ContractPrice, ContractTax
 from .versions import check_price_version
@@ -31,7 +31,7 @@ def check_currency(contract: Contract, currency: str | None) -> None:
         )
 
 
-def _decimal(value: Any, name: str) -> Decimal:
+def _signed_decimal(value: Any, name: str) -> Decimal:
     try:
         number = Decimal(str(value))
     except InvalidOperation:
@@ -40,6 +40,11 @@ def _decimal(value: Any, name: str) -> Decimal:
         ) from None
     if not number.is_finite():
         raise TermsError("invalid_number", f"{name!r} must be finite.", {"property": name})
+    return number
+
+
+def _decimal(value: Any, name: str) -> Decimal:
+    number = _signed_decimal(value, name)
     if number < 0:
         raise TermsError("negative_price", f"{name!r} must not be negative ({number}).", {"property": name})
     return number
@@ -73,6 +78,8 @@ def set_charge(
         properties["unit_price"] = str(_decimal(raw, "unit_price"))
     metric_codes = set(contract.metrics.values_list("code", flat=True))
     validate_charge(dimension, charge_model, properties, metric_codes)
+    if contract.price_by_catalogue and dimension in CATALOGUE_DIMENSIONS:
+        raise catalogue_priced([dimension])
     included = _decimal(included_quantity, "included_quantity")
     values = {
         "charge_model": charge_model,
@@ -162,6 +169,8 @@ TERM_FIELDS = {
     "outcome_on_expiry": ["confirm", "revoke"],
     "tax_inclusive": "bool",
     "pause_billing_on_customer_dependency": "bool",
+    "price_by_catalogue": "bool",
+    "catalogue_adjustment": "adjustment",
     "grace_days": "int",
     "late_usage_days": "int",
     "outcome_window_hours": "int",
@@ -180,6 +189,12 @@ def update_terms(contract: Contract, changes: dict[str, Any], currency: str | No
         if kind is None:
             raise TermsError("unknown_term", f"{name!r} is not a contract term.", {"term": name})
         values[name] = _term_value(name, kind, value)
+    if values.get("price_by_catalogue"):
+        priced = contract.prices.filter(dimension__in=CATALOGUE_DIMENSIONS).values_list(
+            "dimension", flat=True
+        )
+        if priced:
+            raise catalogue_priced(sorted(set(priced)))
     for name, value in values.items():
         setattr(contract, name, value)
     contract.save(update_fields=list(values))
@@ -194,7 +209,22 @@ DECIMAL_TERMS = {
 }
 
 
+# The catalogue adjustment: a fraction, from -1 (free) to below 10 (a 1,000 % markup), 4 places.
+ADJUSTMENT_PLACES, ADJUSTMENT_BOUNDS = 4, (Decimal(-1), Decimal(10))
+
+
 def _term_value(name: str, kind: Any, value: Any) -> Any:
+    if kind == "adjustment":
+        number = _signed_decimal(value, name)
+        low, high = ADJUSTMENT_BOUNDS
+        if not low <= number < high or number != number.quantize(Decimal(1).scaleb(-ADJUSTMENT_PLACES)):
+            raise TermsError(
+                "invalid_term",
+                f"{name!r} is a fraction from {low} to below {high} (0.10: 10 % markup, -0.15: 15 % "
+                f"discount) with at most {ADJUSTMENT_PLACES} decimals.",
+                {"term": name},
+            )
+        return number
     if kind == "decimal":
         number = _decimal(value, name)
         places, bound = DECIMAL_TERMS[name]

@@ -16,6 +16,7 @@ class Dimension(models.TextChoices):
     TOKENS_IN = "tokens_in", "Input tokens"
     TOKENS_OUT = "tokens_out", "Output tokens"
     CACHED_TOKENS = "cached_tokens", "Prefix-cache hit tokens"
+    CACHE_WRITE_TOKENS = "cache_write_tokens", "Prefix-cache write tokens"
     EXPERT_TOKENS = "expert_tokens", "Expert-token activations"
     ROUTING_HOPS = "routing_hops", "Routing hops"
     L2_MISSES = "l2_misses", "Expert-cache misses (L2)"
@@ -36,6 +37,7 @@ DIMENSION_NAMES: dict[str, Promise] = {
     "tokens_in": _("Input tokens"),
     "tokens_out": _("Output tokens"),
     "cached_tokens": _("Prefix-cache hit tokens"),
+    "cache_write_tokens": _("Prefix-cache write tokens"),
     "expert_tokens": _("Expert-token activations"),
     "routing_hops": _("Routing hops"),
     "l2_misses": _("Expert-cache misses (L2)"),
@@ -57,6 +59,18 @@ def quantity_from_aggregate(dimension: str, raw: int) -> Decimal:
     return Decimal(raw) / SCALE.get(dimension, Decimal(1))
 
 
+# What a contract priced by the LLM price catalogue (catalog.ModelPrice) prices from it: per model and
+# catalogue version, the input tokens neither read from nor written to the prefix cache, the output
+# tokens, the cache reads and the cache writes (billing.catalogue_rating). Such a contract has no
+# price of its own for these.
+CATALOGUE_DIMENSIONS: tuple[str, ...] = (
+    Dimension.TOKENS_IN,
+    Dimension.TOKENS_OUT,
+    Dimension.CACHED_TOKENS,
+    Dimension.CACHE_WRITE_TOKENS,
+)
+
+
 # How an invoice presents a package's usage charges (seed 000: "routing fee 0.002, expert fee 0.015,
 # cache compensation 0.003"): each dimension's group, in presentation order. The lines are still priced
 # per dimension by the contract; a custom metric is "other usage".
@@ -69,6 +83,7 @@ CHARGE_GROUPS: dict[str, str] = {
     Dimension.DISTINCT_EXPERTS: "experts",
     Dimension.L3_SECONDS: "experts",
     Dimension.CACHED_TOKENS: "cache",
+    Dimension.CACHE_WRITE_TOKENS: "cache",
     Dimension.L2_MISSES: "cache",
     Dimension.OUTCOMES: "outcomes",
 }

@@ -43,6 +43,7 @@ FIELDS: tuple[str, ...] = (
     "tokens_in",
     "tokens_out",
     "cached_tokens",
+    "cache_write_tokens",
     "distinct_experts",
     "expert_tokens",
     "hops",

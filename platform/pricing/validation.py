@@ -22,3 +22,14 @@ def validate_charge(
             {"dimension": dimension},
         )
     return build_charge_model(charge_model, properties)
+
+
+def catalogue_priced(dimensions: list[str]) -> TermsError:
+    """The error for a contract priced by the LLM price catalogue that also has a price of its own for
+    a dimension the catalogue prices (pricing.dimensions.CATALOGUE_DIMENSIONS): both would bill it."""
+    return TermsError(
+        "catalogue_dimension_priced",
+        f"The catalogue prices {', '.join(dimensions)} of this contract: it has no price of its own "
+        "for them.",
+        {"dimensions": dimensions},
+    )

@@ -17,7 +17,7 @@ from playwright.sync_api import Page, expect
 from accounts.models import Role, Tenant
 from agents.models import Agent
 from billing.models import Dispute
-from catalog.models import ComputePackage, PackagePlan, PlanPrice
+from catalog.models import ComputePackage, ModelPrice, PackagePlan, PlanPrice
 from common.cjk_font import CJK_FONT_FAMILY
 from contracts.models import Contract
 from frontend.views.usage import charts_available
@@ -276,3 +276,50 @@ def test_a_billing_member_sees_a_dependency_outage_and_appeals_it(page: Page, sh
         alpha.users[Role.BILLING],
     )
     assert [c["error"] for c in appeal.evidence["checks"]] == ["ConnectError: alpha refused"]
+
+
+def test_a_member_reads_the_model_prices_and_a_models_history(page: Page, shots: Shots) -> None:
+    today = datetime.now(UTC).date()
+    for model_id, provider, versions in (
+        ("gpt-4o", "openai", [(40, "0.0000025", "0.00001", None), (10, "0.000002", "0.000008", "0.000001")]),
+        ("claude-sonnet-4", "anthropic", [(30, "0.000003", "0.000015", "0.0000003")]),
+        ("text-embedding-3-small", "openai", [(60, "0.00000002", "0", None)]),
+    ):
+        for days_ago, input_price, output_price, read in versions:
+            ModelPrice.objects.create(
+                model_id=model_id,
+                currency="CNY",
+                effective_from=today - timedelta(days=days_ago),
+                input_per_token=Decimal(input_price),
+                output_per_token=Decimal(output_price),
+                cache_read_per_token=None if read is None else Decimal(read),
+                provider=provider,
+                mode="embedding" if "embedding" in model_id else "chat",
+            )
+    contract = ContractFactory.create(
+        tenant=TenantFactory.create(code="zeta-co", name="Zeta Co"),
+        price_by_catalogue=True,
+        catalogue_adjustment=Decimal("-0.15"),
+    )
+    sign_in(page, member(contract.tenant, "zeta-owner"), FACTORY_PASSWORD)
+
+    page.get_by_test_id("nav-model-prices").click()
+    cells = page.get_by_test_id("model-price-gpt-4o").locator("td")
+    for index, text in ((4, "2"), (5, "8"), (6, "1"), (7, "2 = input")):  # per 1M: its newer version
+        expect(cells.nth(index)).to_have_text(text)
+    expect(page.get_by_test_id("model-price-text-embedding-3-small").locator("td").nth(4)).to_have_text(
+        "0.02"
+    )
+    expect(page.get_by_test_id("model-price-claude-sonnet-4")).to_contain_text("= input")
+    shots("model prices in force today")
+
+    page.get_by_test_id("model-link-gpt-4o").click()
+    expect(page.get_by_test_id("model-history-table").locator("tbody tr")).to_have_count(2)
+    if charts_available():
+        expect(page.get_by_test_id("chart-model-history")).to_have_attribute("data-state", "ready")
+    shots("a models price history")
+
+    page.goto(f"/contracts/{contract.code}")
+    expect(page.get_by_test_id("contract-catalogue-adjustment")).to_have_text("\u221215 %")
+    page.get_by_test_id("contract-catalogue-link").click()
+    expect(page.get_by_test_id("model-prices-currency")).to_have_value("CNY")

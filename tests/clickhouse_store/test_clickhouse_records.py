@@ -8,8 +8,11 @@ from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from clickhouse_store import query
+from clickhouse_store.queries.records import insert_record_lines, record_of, records_page, stored_records
 from clickhouse_store.query import RECORDS
 from clickhouse_store.schema import RECORD_FIELDS
+from treemeter_records import canonical_bytes, leaf_hash
+from treemeter_records import make_record as build_record
 
 Record = dict[str, Any]
 MakeRecord = Callable[..., Record]
@@ -135,3 +138,33 @@ def test_records_counts_a_copy_once(ch: None, make_record: MakeRecord) -> None:
         f"SELECT contract, count(), sum(tokens_in) FROM {RECORDS} GROUP BY contract ORDER BY contract"
     )
     assert per_contract == [("ctr-2026-0001", 1, 512), ("ctr-2026-0002", 1, 100)]
+
+
+def _valid(make_record: MakeRecord, seq: int, **fields: Any) -> Record:
+    """A record that passes validation (the fixture's has a float in its outcome and loose totals)."""
+    base = make_record(seq=seq, record_id=f"0193d7a2-5f00-7c3e-9a41-{seq:012x}", outcome={"ref": "case-9"})
+    for derived in ("v", "distinct_experts", "expert_tokens"):
+        del base[derived]
+    return build_record(**base, **fields)
+
+
+def test_cache_writes_read_back_byte_identical(ch: None, make_record: MakeRecord) -> None:
+    """The optional field round-trips: present (at least 1) it reads back as sent, absent it stays absent
+    (the column holds 0), so each record's canonical bytes, and its leaf hash, are the agent's."""
+    written = _valid(make_record, 1, prefix_cache_write_tokens=128)
+    plain = _valid(make_record, 2, prefix_cache_write_tokens=0)
+    assert "prefix_cache_write_tokens" not in plain
+    sent = [canonical_bytes(written), canonical_bytes(plain)]
+    insert_record_lines(b"\n".join(sent) + b"\n", dedup_token="cache-writes")
+
+    stored = query.select("SELECT seq, prefix_cache_write_tokens FROM usage_records ORDER BY seq")
+    assert stored == [(1, 128), (2, 0)]
+    for record, line in zip((written, plain), sent, strict=True):
+        read = record_of(record["record_id"], "acme")
+        assert read == record
+        assert read is not None and canonical_bytes(read) == line
+        assert leaf_hash(canonical_bytes(read)) == leaf_hash(line)
+    period = list(stored_records("acme", "ctr-2026-0001", 0, 2**63 - 1))
+    assert sorted(canonical_bytes(r) for r in period) == sorted(sent)
+    total, page = records_page("acme", "ctr-2026-0001", 0, 2**63 - 1, 10, 0)
+    assert total == 2 and [r.get("prefix_cache_write_tokens") for r in page] == [128, None]

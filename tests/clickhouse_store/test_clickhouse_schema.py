@@ -100,6 +100,8 @@ def test_created_table_matches_the_record_format(ch: None) -> None:
         # What the router's claims add (migration 0005): a retry's superseded attempts, a job's wait.
         "supersedes": ("Array(UUID)", "MATERIALIZED"),
         "queue_latency_us": ("UInt64", "MATERIALIZED"),
+        # The optional record field (migration 0006): 0 when the record has none.
+        "prefix_cache_write_tokens": ("UInt32", "DEFAULT"),
     }
     ((engine, sorting_key),) = query.select(
         "SELECT engine, sorting_key FROM system.tables "
@@ -107,3 +109,19 @@ def test_created_table_matches_the_record_format(ch: None) -> None:
         {"t": "usage_records"},
     )
     assert (engine, sorting_key) == ("ReplacingMergeTree", "tenant, contract, start_time, record_id")
+
+
+def test_cache_write_column_ddl_both_variants(ch: None) -> None:
+    assert schema.usage_records_cache_write_columns_ddl("") == [
+        "ALTER TABLE usage_records ADD COLUMN IF NOT EXISTS prefix_cache_write_tokens UInt32 DEFAULT 0"
+    ]
+    cluster = schema.usage_records_cache_write_columns_ddl("treemeter_prod")
+    assert cluster == [
+        f"ALTER TABLE {table} ON CLUSTER treemeter_prod ADD COLUMN IF NOT EXISTS prefix_cache_write_tokens "
+        "UInt32 DEFAULT 0"
+        for table in ("usage_records_local", "usage_records")
+    ]
+    for statement in cluster:
+        ((formatted,),) = query.select("SELECT formatQuery({sql:String})", {"sql": statement})
+        assert "ON CLUSTER treemeter_prod" in formatted
+    assert schema.OPTIONAL_FIELDS == ("prefix_cache_write_tokens",)

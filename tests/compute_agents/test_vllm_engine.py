@@ -70,9 +70,14 @@ def test_routing_sums_hold_and_two_prompts_route_differently(engine: VllmEngine)
 
 def test_a_repeated_prompt_reports_prefix_cache_hits(engine: VllmEngine) -> None:
     prompt = "liability indemnity notice term " * 40  # vLLM on CPU caches whole blocks of 128 tokens
-    engine.generate(prompt, greedy(4))
+    first = engine.generate(prompt, greedy(4))
     again = engine.generate(prompt, greedy(4))
     assert again.prefix_cache_hit_tokens > 0 and again.prefix_cache_hit_tokens % 128 == 0
+    # The first request stored its prompt's full blocks; the second only what its hits did not cover.
+    assert engine.prefix_caching and engine.block_size == 128
+    full = first.tokens_in // 128 * 128
+    assert first.prefix_cache_hit_tokens == 0 and first.prefix_cache_write_tokens == full > 0
+    assert again.prefix_cache_write_tokens == full - again.prefix_cache_hit_tokens
     rows = again.tokens_in + again.tokens_out - 1 - again.prefix_cache_hit_tokens
     assert again.routed.shape[0] == rows
 
@@ -228,6 +233,9 @@ def test_vllm_requests_become_records_with_prefix_cache_hits(engine: VllmEngine,
     first, second = (orjson.loads(line) for _, _, line in service.spool.pending(10))
     assert (first["seq"], second["seq"]) == (0, 1)
     assert first["prefix_cache_hit_tokens"] == 0 and second["prefix_cache_hit_tokens"] >= 128
+    assert first["prefix_cache_write_tokens"] == first["tokens_in"] // 128 * 128  # the blocks it stored
+    written = second["tokens_in"] // 128 * 128 - second["prefix_cache_hit_tokens"]
+    assert second.get("prefix_cache_write_tokens", 0) == written  # absent when it stored none
     for spooled in (first, second):
         rows = spooled["tokens_in"] + spooled["tokens_out"] - 1 - spooled["prefix_cache_hit_tokens"]
         assert spooled["expert_tokens"] == rows * SIZES.top_k * SIZES.layers

@@ -20,6 +20,7 @@ pytestmark = [pytest.mark.django_db, pytest.mark.usefixtures("clickhouse")]
 PAGES: dict[str, Callable[[TenantData], dict[str, Any]]] = {
     "portal-home": lambda d: {},
     "portal-packages": lambda d: {},
+    "portal-model-prices": lambda d: {},
     "portal-contracts": lambda d: {},
     "portal-contract": lambda d: {"code": d.contract.code},
     "portal-usage": lambda d: {},

@@ -46,7 +46,8 @@ HOPS = st.lists(
 
 @st.composite
 def records(draw: st.DrawFn) -> dict[str, Any]:
-    """Arbitrary valid v1 records."""
+    """Arbitrary valid v1 records, about half of them with the optional ``prefix_cache_write_tokens``
+    (when ``tokens_in`` leaves room for it)."""
     start = draw(st.integers(1, 2**63 - 1))
     tokens_in = draw(st.integers(0, 2**32 - 1))
     pairs = draw(
@@ -55,7 +56,8 @@ def records(draw: st.DrawFn) -> dict[str, Any]:
         )
     )
     experts = [{"layer": lay, "expert": exp, "tokens": tok} for (lay, exp), tok in sorted(pairs.items())]
-    return {
+    hits = draw(st.integers(0, tokens_in))
+    record = {
         "v": 1,
         "record_id": draw(uuid7s()),
         "agent_id": draw(SLUGS),
@@ -76,9 +78,13 @@ def records(draw: st.DrawFn) -> dict[str, Any]:
         "experts": experts,
         "distinct_experts": len(experts),
         "expert_tokens": sum(e["tokens"] for e in experts),
-        "prefix_cache_hit_tokens": draw(st.integers(0, tokens_in)),
+        "prefix_cache_hit_tokens": hits,
         "expert_cache_hits": draw(st.integers(0, 2**32 - 1)),
         "expert_cache_misses": draw(st.integers(0, 2**32 - 1)),
         "status": draw(st.sampled_from(["ok", "error", "timeout", "rejected", "cancelled"])),
         "outcome": draw(st.none() | st.dictionaries(TEXT, JSON_VALUES, max_size=5)),
     }
+    # The optional field, present only from 1 on, within what the hits leave of tokens_in.
+    if hits < tokens_in and draw(st.booleans()):
+        record["prefix_cache_write_tokens"] = draw(st.integers(1, tokens_in - hits))
+    return record

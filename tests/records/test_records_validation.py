@@ -64,6 +64,14 @@ CASES: list[tuple[str, Mutation, str, str | None]] = [
     ("record_id int", _set("record_id", 7), "wrong_type", "record_id"),
     ("tenant null", _set("tenant", None), "wrong_type", "tenant"),
     ("model list", _set("model_id", ["m"]), "wrong_type", "model_id"),
+    ("cache writes bool", _set("prefix_cache_write_tokens", True), "wrong_type", "prefix_cache_write_tokens"),
+    ("cache writes float", _set("prefix_cache_write_tokens", 5.0), "wrong_type", "prefix_cache_write_tokens"),
+    (
+        "cache writes string",
+        _set("prefix_cache_write_tokens", "5"),
+        "wrong_type",
+        "prefix_cache_write_tokens",
+    ),
     ("hops object", _set("hops", {"layer": "L1"}), "wrong_type", "hops"),
     ("hop not object", lambda r: r["hops"].append("L1"), "wrong_type", "hops[5]"),
     ("hop layer int", _set_in("hops", 0, "layer", 1), "wrong_type", "hops[0].layer"),
@@ -118,6 +126,13 @@ CASES: list[tuple[str, Mutation, str, str | None]] = [
     ("status unknown", _set("status", "done"), "invalid_value", "status"),
     ("outcome huge int", _set("outcome", {"n": 2**63}), "invalid_value", "outcome.n"),
     ("cache misses big", _set("expert_cache_misses", 2**32), "invalid_value", "expert_cache_misses"),
+    ("cache writes zero", _set("prefix_cache_write_tokens", 0), "invalid_value", "prefix_cache_write_tokens"),
+    (
+        "cache writes 2**32",
+        _set("prefix_cache_write_tokens", 2**32),
+        "invalid_value",
+        "prefix_cache_write_tokens",
+    ),
     # negative_value
     ("seq negative", _set("seq", -1), "negative_value", "seq"),
     ("tokens_in negative", _set("tokens_in", -5), "negative_value", "tokens_in"),
@@ -128,6 +143,12 @@ CASES: list[tuple[str, Mutation, str, str | None]] = [
     ("prefix negative", _set("prefix_cache_hit_tokens", -1), "negative_value", "prefix_cache_hit_tokens"),
     ("hits negative", _set("expert_cache_hits", -1), "negative_value", "expert_cache_hits"),
     ("distinct negative", _set("distinct_experts", -1), "negative_value", "distinct_experts"),
+    (
+        "cache writes negative",
+        _set("prefix_cache_write_tokens", -1),
+        "negative_value",
+        "prefix_cache_write_tokens",
+    ),
     # inconsistent_totals
     ("distinct wrong", _set("distinct_experts", 2), "inconsistent_totals", "distinct_experts"),
     ("expert tokens wrong", _set("expert_tokens", 1279), "inconsistent_totals", "expert_tokens"),
@@ -136,6 +157,12 @@ CASES: list[tuple[str, Mutation, str, str | None]] = [
         _set("prefix_cache_hit_tokens", 513),
         "inconsistent_totals",
         "prefix_cache_hit_tokens",
+    ),
+    (
+        "hits + cache writes over tokens_in",
+        _set("prefix_cache_write_tokens", 257),  # 256 hits + 257 > 512
+        "inconsistent_totals",
+        "prefix_cache_write_tokens",
     ),
 ]
 

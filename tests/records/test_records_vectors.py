@@ -42,6 +42,12 @@ FIXED_CANONICAL = (
     b'"v":1,"weights_sha3":"df07a843fead5c3712490304f6d5bc53ff6d8330efd5433fb37ea628cecdf150"}'
 )
 FIXED_LEAF_HASH = "d1e79deaf9279ffa4f93cf3ed7c38b5452ecf1f6873f01dc7936c939cd278aa6"
+# The same record with the optional prefix_cache_write_tokens (128): the member between the hits and the
+# record id, nothing else changed.
+WRITES_CANONICAL = FIXED_CANONICAL.replace(
+    b'"prefix_cache_hit_tokens":256,', b'"prefix_cache_hit_tokens":256,"prefix_cache_write_tokens":128,'
+)
+WRITES_LEAF_HASH = "b1fde880480a08b3cebb26d32ca3976cc645973a38966163e3960efdffef9493"
 
 SEED_PUBLIC_KEY_B64 = "A6EHv/POEL4dcN0Y50vAmWfk1jCbpQ1fHdyGZBJVMbg="
 SEED_KEY_ID = "ed25519:56475aa75463474c"
@@ -75,6 +81,16 @@ def test_fixed_record_leaf_hash(record: dict[str, Any]) -> None:
 
 def test_fixed_record_decodes_to_itself(record: dict[str, Any]) -> None:
     assert decode_record(FIXED_CANONICAL) == record
+
+
+def test_record_with_cache_writes(record: dict[str, Any]) -> None:
+    record["prefix_cache_write_tokens"] = 128
+    assert canonical_bytes(record) == WRITES_CANONICAL
+    assert canonical_bytes_fast(record) == WRITES_CANONICAL
+    assert len(WRITES_CANONICAL) == 1114
+    assert leaf_hash(WRITES_CANONICAL).hex() == WRITES_LEAF_HASH
+    assert hashlib.sha256(b"\x00" + WRITES_CANONICAL).hexdigest() == WRITES_LEAF_HASH
+    assert decode_record(WRITES_CANONICAL) == record
 
 
 def test_seed_key(fixed_key: Ed25519PrivateKey) -> None:

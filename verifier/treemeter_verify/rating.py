@@ -15,6 +15,7 @@ DIMENSIONS = (
     "tokens_in",
     "tokens_out",
     "cached_tokens",
+    "cache_write_tokens",
     "expert_tokens",
     "routing_hops",
     "l2_misses",
@@ -23,6 +24,22 @@ DIMENSIONS = (
     "outcomes",
 )
 SCALE = {"l3_seconds": Decimal(1_000_000)}
+# The records' optional field (formats v1 and v2): present only from 1 on, absent means 0.
+CACHE_WRITES = "prefix_cache_write_tokens"
+U32 = 2**32
+
+
+def cache_writes(record: dict[str, Any]) -> int:
+    """A record's ``prefix_cache_write_tokens``: 0 when absent; ValueError unless the format's rules hold
+    (an int, not a bool, 1 <= x < 2**32, and with the prefix-cache hits at most ``tokens_in``)."""
+    if CACHE_WRITES not in record:
+        return 0
+    writes = record[CACHE_WRITES]
+    if type(writes) is not int or not 0 < writes < U32:
+        raise ValueError(f"{CACHE_WRITES} must be an integer in [1, 2**32) when present")
+    if record["prefix_cache_hit_tokens"] + writes > record["tokens_in"]:
+        raise ValueError(f"prefix_cache_hit_tokens + {CACHE_WRITES} exceeds tokens_in")
+    return writes
 
 
 def usage_of(record: dict[str, Any]) -> tuple[int, ...]:
@@ -33,6 +50,7 @@ def usage_of(record: dict[str, Any]) -> tuple[int, ...]:
         record["tokens_in"],
         record["tokens_out"],
         record["prefix_cache_hit_tokens"],
+        cache_writes(record),
         record["expert_tokens"],
         len(hops),
         record["expert_cache_misses"],

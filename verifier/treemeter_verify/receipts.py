@@ -25,6 +25,7 @@ from .check import Report, read_export, verify_export
 from .keys import PinnedKeys
 from .merkle import ProofError, leaf_hash, root_from_inclusion
 from .note import NoteError, open_checkpoint
+from .rating import CACHE_WRITES
 
 DOMAIN = b"treemeter-receipt-v1\n"
 CLAIMS = {"v", "record_id", "agent_id", "seq", "leaf_hash", "tenant", "contract", "start_ns"}
@@ -156,6 +157,7 @@ def billed_dimensions(line: bytes) -> list[tuple[str, str]]:
         ("status", record["status"]),
         ("tokens in / out", f"{record['tokens_in']} / {record['tokens_out']}"),
         ("cached prompt tokens", str(record["prefix_cache_hit_tokens"])),
+        ("prompt tokens written to the prefix cache", str(record.get(CACHE_WRITES, 0))),  # absent: 0
         (
             "experts",
             f"{len(experts)} (layer, expert) pairs, {sum(e['tokens'] for e in experts)} tokens routed",

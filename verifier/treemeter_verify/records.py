@@ -1,10 +1,13 @@
 """Reading the fields the checks need from record lines.
 
 Fast path: a canonical record (record format v1: sorted keys, no whitespace, strings escaped) has one
-fixed layout, matched by one regular expression that also pins the exact key set. Inside a canonical
-string every quote is escaped, so a key pattern like ``"tokens_in":`` can never match inside a value;
-the only free-form part, ``outcome``, is parsed as JSON when present. A line the expression does not
-match (not canonical, not a record, or a record of format v2, which adds ``decision`` and
+fixed layout, matched by one regular expression that also pins the exact key set, the optional
+``prefix_cache_write_tokens`` included (present only from 1 on, between ``prefix_cache_hit_tokens`` and
+``record_id``). ``match_record`` leaves the values of that field the format refuses (0, a leading zero,
+2**32 and more, more than ``tokens_in`` with the hits) to the slow path, which refuses them. Inside a
+canonical string every quote is escaped, so a key pattern like ``"tokens_in":`` can never match inside
+a value; the only free-form part, ``outcome``, is parsed as JSON when present. A line the expression
+does not match (not canonical, not a record, or a record of format v2, which adds ``decision`` and
 ``executor_sig`` to the v1 members) takes the slow path: a full JSON parse, whose fields are the same
 for a v2 record as for the v1 record it extends.
 """
@@ -16,7 +19,7 @@ import re
 from itertools import compress
 from typing import Any
 
-from .rating import DIMENSIONS, usage_of
+from .rating import DIMENSIONS, U32, usage_of
 
 _STR = rb'"[^"\\]*(?:\\.[^"\\]*)*"'
 _INT = rb"-?\d+"
@@ -30,7 +33,8 @@ _RECORD = re.compile(
     rb',"experts":\[[^\]]*\]'
     rb',"hops":\[(?P<hops>(?:\{"latency_us":\d+,"layer":"L[123]","node":' + _STR + rb"\},?)+)\]"
     rb',"model_id":' + _STR + rb',"outcome":(?P<outcome>null|\{.*?\}),"package":"[a-z0-9._-]+"'
-    rb',"prefix_cache_hit_tokens":(?P<cached>\d+),"record_id":"(?P<id>[0-9a-f-]{36})","seq":(?P<seq>\d+)'
+    rb',"prefix_cache_hit_tokens":(?P<cached>\d+)(?:,"prefix_cache_write_tokens":(?P<writes>[1-9]\d{0,9}))?'
+    rb',"record_id":"(?P<id>[0-9a-f-]{36})","seq":(?P<seq>\d+)'
     rb',"sla_class":"[a-z0-9._-]+","start_ns":(?P<start>\d+),"status":"(?P<status>[a-z]+)"'
     rb',"tenant":"(?P<tenant>[a-z0-9._-]+)","tokens_in":(?P<tin>\d+),"tokens_out":(?P<tout>\d+),"v":1'
     rb',"weights_sha3":"[0-9a-f]{64}"\}',
@@ -52,10 +56,22 @@ GROUP_ORDER: tuple[str, ...] = (
     "hops",
     "outcome",
     "cached",
+    "writes",  # None when the record has no prefix_cache_write_tokens
 )
 GROUP_ORDER += ("id", "seq", "start", "status", "tenant", "tin", "tout")
 assert tuple(sorted(_RECORD.groupindex, key=_RECORD.groupindex.__getitem__)) == GROUP_ORDER
-match_record = _RECORD.fullmatch
+_fullmatch = _RECORD.fullmatch
+
+
+def match_record(line: bytes) -> re.Match[bytes] | None:
+    """The expression's match of a canonical record line, or None (the slow path decides): also when
+    its optional ``prefix_cache_write_tokens`` breaks a rule the expression cannot hold (below 2**32,
+    and with the prefix-cache hits at most ``tokens_in``), which the slow path then refuses."""
+    m = _fullmatch(line)
+    if m is None or m["writes"] is None:
+        return m
+    writes = int(m["writes"])
+    return m if writes < U32 and int(m["cached"]) + writes <= int(m["tin"]) else None
 
 
 def usage_of_columns(columns: list[tuple[bytes, ...]], billable: list[bool] | None = None) -> list[int]:
@@ -66,7 +82,7 @@ def usage_of_columns(columns: list[tuple[bytes, ...]], billable: list[bool] | No
         return [0] * len(DIMENSIONS)
     if billable is not None:
         columns = [tuple(compress(column, billable)) for column in columns]
-    _, _, distinct, misses, etok, hops, outcomes, cached, _, _, _, _, _, tin, tout = columns
+    _, _, distinct, misses, etok, hops, outcomes, cached, writes, _, _, _, _, _, tin, tout = columns
     every_hop = b"|".join(hops)
     verified = sum(
         1 for outcome in outcomes if outcome != b"null" and json.loads(outcome).get("verified") is True
@@ -76,6 +92,7 @@ def usage_of_columns(columns: list[tuple[bytes, ...]], billable: list[bool] | No
         sum(map(int, tin)),
         sum(map(int, tout)),
         sum(map(int, cached)),
+        sum(int(w) for w in writes if w is not None),
         sum(map(int, etok)),
         every_hop.count(_HOPS),
         sum(map(int, misses)),

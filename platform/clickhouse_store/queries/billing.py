@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
-from datetime import UTC, datetime
+from datetime import UTC, date, datetime
 from decimal import Decimal
 from typing import Any, NamedTuple
 from uuid import UUID
@@ -32,6 +32,7 @@ AGGREGATE_SQL: dict[str, str] = {
     Dimension.TOKENS_IN: "sum(tokens_in)",
     Dimension.TOKENS_OUT: "sum(tokens_out)",
     Dimension.CACHED_TOKENS: "sum(prefix_cache_hit_tokens)",
+    Dimension.CACHE_WRITE_TOKENS: "sum(prefix_cache_write_tokens)",
     Dimension.EXPERT_TOKENS: "sum(expert_tokens)",
     Dimension.ROUTING_HOPS: "sum(hops.size0)",
     Dimension.L2_MISSES: "sum(expert_cache_misses)",
@@ -162,6 +163,27 @@ def _metric_columns(aggregation: str, value_sql: str, in_metric: str) -> tuple[s
     raise ValueError(f"unknown aggregation {aggregation!r}")
 
 
+def _exclusions(excluded: Excluded, params: dict[str, Any]) -> str:
+    """The WITH clause naming, per record, whether a retry superseded it, a dispute excluded it or a
+    pause covers it; the parameters go into `params`. What the period does not have is a constant, not
+    a per-row lambda over empty arrays (a fifth of the rating query's time over a month of records)."""
+    superseded, disputed, paused = "0", "0", "0"
+    if excluded.superseded:
+        superseded = SUPERSEDED
+        params["sp_contracts"] = [contract for contract, _ in excluded.superseded]
+        params["sp_ids"] = [record_id for _, record_id in excluded.superseded]
+    if excluded.record_ids:
+        disputed = DISPUTED
+        params["ex_ids"] = sorted(excluded.record_ids)
+    if excluded.pauses:
+        paused = PAUSED
+        params["pz_contracts"] = [x.contract for x in excluded.pauses]
+        params["pz_starts"] = [unix_nanos(x.starts_at) for x in excluded.pauses]
+        params["pz_ends"] = [unix_nanos(x.ends_at) for x in excluded.pauses]
+        params["pz_failed_only"] = [1 if x.failed_only else 0 for x in excluded.pauses]
+    return f"WITH {superseded} AS superseded, {disputed} AS disputed, {paused} AS paused"
+
+
 class RatingQuery(NamedTuple):
     """The rating query, its parameters, and where each distinct custom metric expression is among the
     metric columns (contracts sharing an expression share one): its group's value, and, for an
@@ -201,28 +223,14 @@ def usage_sql(
         **spans,
         **period,
     }
-    # What the period does not have is a constant, not a per-row lambda over empty arrays (a fifth of
-    # the query's time over a month of records).
-    superseded, disputed, paused, segment = "0", "0", "0", "0"
+    segment = "0"
     state = "toUInt64(status != 'ok')"
     if excluded.record_ids or excluded.pauses or excluded.superseded:
         state = (
             f"multiIf(superseded, {SUPERSEDED_STATE}, disputed, {DISPUTED_STATE}, paused, {PAUSED_STATE}, "
             "status = 'ok', 0, 1)"
         )
-    if excluded.superseded:
-        superseded = SUPERSEDED
-        params["sp_contracts"] = [contract for contract, _ in excluded.superseded]
-        params["sp_ids"] = [record_id for _, record_id in excluded.superseded]
-    if excluded.record_ids:
-        disputed = DISPUTED
-        params["ex_ids"] = sorted(excluded.record_ids)
-    if excluded.pauses:
-        paused = PAUSED
-        params["pz_contracts"] = [x.contract for x in excluded.pauses]
-        params["pz_starts"] = [unix_nanos(x.starts_at) for x in excluded.pauses]
-        params["pz_ends"] = [unix_nanos(x.ends_at) for x in excluded.pauses]
-        params["pz_failed_only"] = [1 if x.failed_only else 0 for x in excluded.pauses]
+    exclusions = _exclusions(excluded, params)
     if any(c.bounds for c in contracts):
         segment = SEGMENT
         params["sg_contracts"] = [c.contract for c in contracts for _ in c.bounds]
@@ -264,8 +272,7 @@ def usage_sql(
         "{tenants:Array(String)}[pair % {tenant_span:UInt64}] AS tenant"
     )
     sql = (
-        f"WITH {superseded} AS superseded, {disputed} AS disputed, {paused} AS paused "  # noqa: S608
-        f"SELECT {group}, {derived}, "
+        f"{exclusions} SELECT {group}, {derived}, "  # noqa: S608
         + ", ".join(columns)
         + f" FROM {query.RECORDS} WHERE {in_period} "
         + (_NAMED if len(contracts) < PRUNE_BELOW else "")
@@ -336,6 +343,35 @@ def usage_rows(
             )
         )
     return rows
+
+
+class CatalogueDay(NamedTuple):
+    """One model's billable tokens on one UTC day (the LLM price catalogue's rating unit)."""
+
+    model_id: str
+    day: date
+    tokens_in: int
+    tokens_out: int
+    cache_read: int
+    cache_write: int
+
+
+def catalogue_days(
+    tenant: str, contract: str, start: datetime, end: datetime, excluded: Excluded = Excluded()
+) -> list[CatalogueDay]:
+    """The contract's billable tokens of [start, end) (ok, not excluded: the rating query's rule) per
+    model and UTC day of the records' start, by model and day; one query."""
+    in_period, params = query.in_period(start, end)
+    params.update({"tenant": tenant, "contract": contract})
+    exclusions = _exclusions(excluded, params)
+    rows = query.select(
+        f"{exclusions} SELECT model_id, toDate(start_time) AS day, sum(tokens_in), sum(tokens_out), "  # noqa: S608
+        "sum(prefix_cache_hit_tokens), sum(prefix_cache_write_tokens) "
+        f"FROM {query.RECORDS} WHERE {in_period} AND {_TENANT} = {{tenant:String}} "
+        f"AND {_CONTRACT} = {{contract:String}} AND {_OK} GROUP BY model_id, day ORDER BY model_id, day",
+        params,
+    )
+    return [CatalogueDay(m, d, int(i), int(o), int(r), int(w)) for m, d, i, o, r, w in rows]
 
 
 class SupersededAttempt(NamedTuple):

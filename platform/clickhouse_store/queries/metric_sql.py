@@ -32,6 +32,7 @@ FIELD_SQL: dict[str, str] = {
     "tokens_in": "toFloat64(tokens_in)",
     "tokens_out": "toFloat64(tokens_out)",
     "cached_tokens": "toFloat64(prefix_cache_hit_tokens)",
+    "cache_write_tokens": "toFloat64(prefix_cache_write_tokens)",
     "distinct_experts": "toFloat64(distinct_experts)",
     "expert_tokens": "toFloat64(expert_tokens)",
     "hops": "toFloat64(hops.size0)",

@@ -10,9 +10,9 @@ from typing import Any
 import orjson
 
 from .. import query
-from ..schema import RECORD_FIELDS, SIGNED_FIELDS, USAGE_RECORDS
+from ..schema import OPTIONAL_FIELDS, RECORD_FIELDS, SIGNED_FIELDS, USAGE_RECORDS
 
-_FIELDS = (*RECORD_FIELDS, *SIGNED_FIELDS)
+_FIELDS = (*RECORD_FIELDS, *SIGNED_FIELDS, *OPTIONAL_FIELDS)
 _COLUMNS = ", ".join("toString(record_id)" if name == "record_id" else name for name in _FIELDS)
 _PERIOD_SQL = (
     f"SELECT {_COLUMNS} FROM {query.RECORDS} "  # noqa: S608 - constant table and column names
@@ -43,6 +43,9 @@ def _record_from_row(row: Iterable[Any]) -> dict[str, Any]:
     record["hops"] = [_named(h, ("layer", "node", "latency_us")) for h in record["hops"]]
     record["experts"] = [_named(e, ("layer", "expert", "tokens")) for e in record["experts"]]
     record["outcome"] = orjson.loads(record["outcome"]) if record["outcome"] else None
+    for name in OPTIONAL_FIELDS:  # present in a record only from 1 on (absent means 0)
+        if not record[name]:
+            del record[name]
     return record
 
 
