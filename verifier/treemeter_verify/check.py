@@ -18,6 +18,7 @@ from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PublicKey
 
 from . import rating
 from .canonical import canonical_bytes
+from .catalogue import DayTokens, add_record, catalogue_problems
 from .commercial import commercial_problems
 from .keys import PinnedKeys
 from .merkle import ProofError, root_from_multi_inclusion, root_of_leaves, verify_consistency
@@ -139,6 +140,7 @@ def _verify(
     _check_inclusion(included, checkpoint, manifest, unlogged, report)
     _check_completeness(batches, manifest.get("reported_gaps", {}), report)
     _check_lines(invoice, manifest["prices"], usage, len(lines), report)
+    _check_catalogue(invoice, scans, lines, report)
     _check_commercial(invoice, report)
     _check_totals(invoice, report)
 
@@ -578,6 +580,29 @@ def _check_completeness(batches: list[_Batch], reported: dict[str, list[list[int
     report.add("sequence completeness", problems, f"no gaps in {len(covered)} agents' sequences")
 
 
+def _check_catalogue(invoice: dict[str, Any], scans: list[_Scan], lines: list[bytes], report: Report) -> None:
+    """Lines priced by the LLM price catalogue (``catalogue``): the billable records' tokens per model
+    and day, read again only for an invoice that has such lines."""
+    if invoice.get("catalogue") is None:
+        report.skip("catalogue lines", "the contract is not priced by the model price catalogue")
+        return
+    superseded = {claim for scan in scans for claim in scan.supersedes}
+    days: DayTokens = {}
+    for line in lines:
+        record = load_record(line)
+        if record_fields(record) is None or record["status"] != "ok":
+            continue
+        owner = (
+            str(record["tenant"]).encode(),
+            str(record["contract"]).encode(),
+            str(record["record_id"]).encode(),
+        )
+        if owner not in superseded:
+            add_record(days, record)
+    problems, good = catalogue_problems(invoice, days)
+    report.add("catalogue lines", problems, good)
+
+
 def _check_commercial(invoice: dict[str, Any], report: Report) -> None:
     """The base fee, true-up and discount lines from the pinned commercial terms (``commercial``)."""
     if "terms" not in invoice:
@@ -672,6 +697,8 @@ def _check_lines(
     for line in invoice["lines"]:
         dimension, kind = line["dimension"], line["kind"]
         check = f"line {kind} {dimension}".rstrip()
+        if "catalogue" in line:
+            continue  # priced by the model price catalogue: `_check_catalogue`
         if kind != "usage" or dimension not in rating.DIMENSIONS:
             report.skip(check, "not derived from records: not re-rated")
             continue
