@@ -55,6 +55,8 @@ class ContractSerializer(serializers.ModelSerializer):
             "base_fee_timing",
             "minimum_commitment",
             "tax_rate",
+            "price_by_catalogue",
+            "catalogue_adjustment",
             "quotas",
         ]
 

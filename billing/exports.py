@@ -121,6 +121,7 @@ def invoice_export(invoice: Invoice, previous_sizes: list[int]) -> tuple[dict[st
             "tax_terms": _export_tax_terms(invoice),
             "terms": _export_commercial_terms(invoice),
             "catalogue": _export_catalogue(invoice),
+            "metrics": _export_metrics(invoice),
             "lines": [_export_line(line) for line in invoice.lines.all()],
         },
         "prices": _export_prices(invoice),
@@ -184,6 +185,12 @@ def _export_catalogue(invoice: Invoice) -> dict[str, Any] | None:
     records used (frozen in the invoice); None for the others."""
     catalogue = Terms.from_json(invoice.terms).catalogue
     return catalogue.as_json() if catalogue is not None else None
+
+
+def _export_metrics(invoice: Invoice) -> dict[str, str]:
+    """The contract's custom metrics the invoice was rated with (frozen in it): code → expression, its
+    aggregation included, so that a verifier re-measures each metric's lines from the records."""
+    return dict(Terms.from_json(invoice.terms).metrics)
 
 
 def _export_tax_terms(invoice: Invoice) -> dict[str, Any]:

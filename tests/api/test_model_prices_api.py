@@ -16,7 +16,7 @@ from django.test import Client
 from catalog.models import ModelPrice
 from tests.api.conftest import member_client, staff_client
 from tests.billing.test_price_catalogue import SAMPLE
-from tests.factories import TenantFactory
+from tests.factories import ContractFactory, TenantFactory
 
 pytestmark = pytest.mark.django_db
 IMPORT = "/v1/catalog/model-prices/import"
@@ -135,3 +135,23 @@ def test_a_file_over_the_limit_answers_413(settings: Any) -> None:
     answer = _import(staff_client(), SAMPLE + " " * 2048)
     assert (answer.status_code, answer.json()["code"]) == (413, "request_too_large")
     assert ModelPrice.objects.count() == 0
+
+
+@pytest.mark.usefixtures("clickhouse")  # the contract's quotas measure this period's usage
+def test_staff_price_a_contract_by_catalogue_and_its_members_see_it() -> None:
+    contract = ContractFactory.create()
+    staff = staff_client()
+    url = f"/v1/contracts/{contract.code}/terms"
+    answer = staff.patch(
+        url, {"price_by_catalogue": True, "catalogue_adjustment": "-0.15"}, "application/json"
+    )
+    assert answer.status_code == 200, answer.content
+    assert (answer.json()["price_by_catalogue"], answer.json()["catalogue_adjustment"]) == (True, "-0.15")
+    bad = staff.patch(url, {"catalogue_adjustment": "-2"}, "application/json")
+    assert (bad.status_code, bad.json()["code"]) == (400, "invalid_term")
+    priced = staff.put(
+        f"/v1/contracts/{contract.code}/charges/tokens_out", {"unit_price": "0.001"}, "application/json"
+    )
+    assert (priced.status_code, priced.json()["code"]) == (400, "catalogue_dimension_priced")
+    seen = member_client(contract.tenant, "read_only").get(f"/v1/contracts/{contract.code}").json()
+    assert (seen["price_by_catalogue"], seen["catalogue_adjustment"]) == (True, "-0.1500")

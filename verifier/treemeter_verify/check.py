@@ -22,6 +22,7 @@ from .catalogue import DayTokens, add_record, catalogue_problems
 from .commercial import commercial_problems
 from .keys import PinnedKeys
 from .merkle import ProofError, root_from_multi_inclusion, root_of_leaves, verify_consistency
+from .metrics import billable_records, metric_verdicts
 from .note import Checkpoint, NoteError, open_checkpoint
 from .rating import segment_amounts
 from .records import fields_of, load_record, match_record, record_fields, usage_of_columns
@@ -140,6 +141,7 @@ def _verify(
     _check_inclusion(included, checkpoint, manifest, unlogged, report)
     _check_completeness(batches, manifest.get("reported_gaps", {}), report)
     _check_lines(invoice, manifest["prices"], usage, len(lines), report)
+    _check_metrics(invoice, manifest["prices"], scans, lines, report)
     _check_catalogue(invoice, scans, lines, report)
     _check_commercial(invoice, report)
     _check_totals(invoice, report)
@@ -603,6 +605,36 @@ def _check_catalogue(invoice: dict[str, Any], scans: list[_Scan], lines: list[by
     report.add("catalogue lines", problems, good)
 
 
+def _check_metrics(
+    invoice: dict[str, Any], prices: dict[str, Any], scans: list[_Scan], lines: list[bytes], report: Report
+) -> None:
+    """Usage lines of the contract's custom metrics (the export's pinned ``metrics``: code → expression),
+    re-measured from the billable records of the invoice (status ok, not superseded) and re-rated from
+    the pinned terms (``metrics.metric_verdicts``). The records are read again only for an invoice that
+    has such lines; an export without ``metrics`` leaves them SKIP (`_check_lines`)."""
+    metrics = invoice.get("metrics") or {}
+    if not any(
+        x["kind"] == "usage" and x["dimension"] in metrics and "catalogue" not in x for x in invoice["lines"]
+    ):
+        return
+    tenant, contract = invoice["tenant"], invoice["contract"]
+    superseded = {
+        record_id.decode()
+        for claim_tenant, claim_contract, record_id in (claim for scan in scans for claim in scan.supersedes)
+        if (claim_tenant, claim_contract) == (tenant.encode(), contract.encode())
+    }
+    billable = billable_records(
+        map(load_record, lines),
+        tenant,
+        contract,
+        invoice["period_start_ns"],
+        invoice["period_end_ns"],
+        superseded,
+    )
+    for check, problems, good in metric_verdicts(invoice, prices, billable):
+        report.add(check, problems, good)
+
+
 def _check_commercial(invoice: dict[str, Any], report: Report) -> None:
     """The base fee, true-up and discount lines from the pinned commercial terms (``commercial``)."""
     if "terms" not in invoice:
@@ -699,6 +731,11 @@ def _check_lines(
         check = f"line {kind} {dimension}".rstrip()
         if "catalogue" in line:
             continue  # priced by the model price catalogue: `_check_catalogue`
+        if kind == "usage" and dimension in (invoice.get("metrics") or {}):
+            continue  # a custom metric of the pinned terms: `_check_metrics`
+        if kind == "usage" and dimension not in rating.DIMENSIONS and "metrics" in invoice:
+            report.add(check, ["neither a built-in dimension nor a metric of the pinned terms"], "")
+            continue
         if kind != "usage" or dimension not in rating.DIMENSIONS:
             report.skip(check, "not derived from records: not re-rated")
             continue

@@ -93,7 +93,10 @@ class _Renderer:
             case Comparison(operator, left, right):
                 return f"toFloat64({self.sql(left)} {operator} {self.sql(right)})"
             case Logical(operator, left, right):
-                return f"({self.sql(left)} {operator.upper()} {self.sql(right)})"
+                # Each operand compared with 0: ClickHouse refuses AND/OR over a constant Float64 that
+                # is not 0 or 1 (`tokens_in and 2`), where a column's non-zero value is simply true.
+                condition = f"{self.sql(left)} != 0 {operator.upper()} {self.sql(right)} != 0"
+                return f"toFloat64({condition})"
             case Call("if", (condition, then, otherwise)):
                 return f"if({self.sql(condition)} != 0, {self.sql(then)}, {self.sql(otherwise)})"
             case Call(function, (first, second)):
