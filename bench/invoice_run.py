@@ -18,9 +18,10 @@ and a 6 % tax; every tenth has a custom metric. Timed:
 - one bare GROUP BY contract with the same aggregates, without and with FINAL;
 - the rating aggregate again with the custom metric under each aggregation (`period_max(…)`, …): what
   each costs over the summed metric;
-- the LLM price catalogue's lookup for a contract priced by it (`billing.catalogue.with_catalogue`:
-  its tokens per model and day, one query, and the catalogue versions they use; then
-  `catalogue_charges`), for a sample of contracts, against the rating aggregate's share per contract;
+- the LLM price catalogue's cost were every contract priced by it: the rating aggregate with every
+  contract's tokens per model and day (`usage_by_contract` with catalogue meters: one more query), then
+  the versions read once and pinned, and each contract's catalogue lines rated
+  (`billing.catalogue.with_catalogue`, `catalogue_charges`);
 - then the next month's run (as many records again, in December), after one late November record per
   contract: every contract's November invoice is re-measured (`billing.lateness.LateUsageCheck`) and
   gets its adjustment line.
@@ -216,7 +217,7 @@ def run(records: int, contracts: int) -> None:
     for aggregation, seconds in by_aggregation.items():
         table.add_row(aggregation, f"{seconds:.2f}", f"{seconds / by_aggregation['sum']:.2f}")
     console.print(table)
-    _catalogue_lookup(aggregate_s, contracts, console)
+    _catalogue_lookup(meters, aggregate_s, console)
     _next_month(records, contracts, console)
 
 
@@ -237,20 +238,17 @@ def _aggregations(meters: list[Any], period: tuple[Any, Any]) -> dict[str, float
     return seconds
 
 
-CATALOGUE_SAMPLE = 50
-
-
-def _catalogue_lookup(aggregate_s: float, contracts: int, console: Any) -> None:
-    """Seconds per contract to price its November tokens by the catalogue (two versions of the bench
-    model, the second from 15 November), for a sample of contracts, against the rating aggregate's
-    time per contract."""
+def _catalogue_lookup(meters: list[Any], aggregate_s: float, console: Any) -> None:
+    """What pricing every contract's tokens by the catalogue adds (two versions of the bench model, the
+    second from 15 November): the rating aggregate with every contract's tokens per model and day (one
+    more query), then pinning the versions (one read) and rating each contract's catalogue lines."""
     from dataclasses import replace
     from datetime import date
     from decimal import Decimal
 
-    from billing.catalogue import with_catalogue
+    from billing.catalogue import catalogue_versions, with_catalogue
     from billing.catalogue_rating import catalogue_charges
-    from billing.rating import PeriodUsage
+    from billing.selectors import usage_by_contract
     from billing.terms import CatalogueTerms, terms_of
     from catalog.models import ModelPrice
     from common.periods import month_bounds
@@ -265,20 +263,23 @@ def _catalogue_lookup(aggregate_s: float, contracts: int, console: Any) -> None:
             output_per_token=Decimal(output),
         )
     nov = month_bounds("2026-11")
-    sample = list(Contract.objects.select_related("tenant").order_by("pk")[:CATALOGUE_SAMPLE])
+    flagged = [replace(m, catalogue=True) for m in meters]
+    measure_s, usage = _timed(lambda: usage_by_contract(flagged, *nov))
+    contracts = list(Contract.objects.select_related("tenant").order_by("pk"))
     began = time.perf_counter()
+    versions = catalogue_versions("CNY", [u.catalogue or () for u in usage.values()], *nov)
     lines = 0
-    for contract in sample:
+    for contract in contracts:
         terms = replace(terms_of(contract, *nov), catalogue=CatalogueTerms("0.1"))
-        priced, usage = with_catalogue(contract, terms, PeriodUsage(0, {}), *nov)
-        assert priced.catalogue is not None
-        lines += len(catalogue_charges(priced.catalogue, usage.catalogue, "CNY"))
-    per_contract = (time.perf_counter() - began) / len(sample)
-    share = aggregate_s / contracts
+        priced, measured = with_catalogue(contract, terms, usage[contract.code], *nov, versions=versions)
+        assert priced.catalogue is not None and measured.catalogue is not None
+        lines += len(catalogue_charges(priced.catalogue, measured.catalogue, "CNY"))
+    rate_s = time.perf_counter() - began
     console.print(
-        f"catalogue lookup, per contract priced by the catalogue ({len(sample)} sampled, {lines} lines): "
-        f"{per_contract * 1000:.1f} ms, {per_contract / share:.1f} × the rating aggregate's share of one "
-        f"contract ({share * 1000:.2f} ms)"
+        f"catalogue pricing for all {len(contracts):,} contracts: the rating aggregate with their tokens "
+        f"per model and day {measure_s:.2f} s ({measure_s / aggregate_s:.2f} × without), then versions "
+        f"pinned and {lines:,} lines rated in {rate_s:.2f} s ({rate_s / len(contracts) * 1000:.2f} ms a "
+        "contract)"
     )
 
 

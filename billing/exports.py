@@ -23,9 +23,10 @@ from ledger.selectors import (
 )
 from ledger.store import stored_lines
 from ledger.tree import StoredTree
+from pricing.dimensions import Dimension
 from treemeter_records.timeutil import unix_nanos
 
-from .models import Invoice, InvoiceLine
+from .models import Invoice, InvoiceLine, Outcome
 from .terms import Terms
 
 EXPORT_FORMAT = "treemeter-invoice-export/1"
@@ -118,11 +119,12 @@ def invoice_export(invoice: Invoice, previous_sizes: list[int]) -> tuple[dict[st
             "subtotal": str(invoice.subtotal),
             "tax": str(invoice.tax),
             "total": str(invoice.total),
+            **_export_credits(invoice),
             "tax_terms": _export_tax_terms(invoice),
             "terms": _export_commercial_terms(invoice),
             "catalogue": _export_catalogue(invoice),
             "metrics": _export_metrics(invoice),
-            "lines": [_export_line(line) for line in invoice.lines.all()],
+            "lines": _export_lines(invoice),
         },
         "prices": _export_prices(invoice),
         "checkpoint": checkpoint.note,
@@ -141,12 +143,51 @@ def invoice_export(invoice: Invoice, previous_sizes: list[int]) -> tuple[dict[st
 
 
 _SEGMENT_DETAILS = ("effective_from", "segment_start", "segment_end")
+# What an SLA service-credit line states of its credit (`sla.billing_sources.invoice_credit`).
+_SERVICE_CREDIT_DETAILS = (
+    "sla_report",
+    "month",
+    "period_start",
+    "period_end",
+    "objective",
+    "measured_percent",
+    "target_percent",
+    "ladder_step",
+    "credit_percent",
+    "fee_basis",
+)
 
 
-def _export_line(line: InvoiceLine) -> dict[str, Any]:
+def _export_lines(invoice: Invoice) -> list[dict[str, Any]]:
+    """The invoice's lines as exported; an outcome line with the outcomes it billed (one read)."""
+    lines = list(invoice.lines.all())
+    refs = [
+        ref
+        for line in lines
+        if line.kind == InvoiceLine.Kind.USAGE and line.dimension == Dimension.OUTCOMES
+        for ref in line.details.get("outcomes", [])
+    ]
+    outcomes = {o.ref: o for o in Outcome.objects.filter(contract_id=invoice.contract_id, ref__in=refs)}
+    return [_export_line(line, outcomes) for line in lines]
+
+
+def _export_outcome(ref: str, outcome: Outcome | None) -> dict[str, Any]:
+    """One billed outcome: its ref, type and value, and the record that declared it (None: the API)."""
+    if outcome is None:
+        return {"ref": ref, "type": None, "value": None, "record_id": None}
+    return {
+        "ref": ref,
+        "type": outcome.kind,
+        "value": str(outcome.value),
+        "record_id": None if outcome.record_id is None else str(outcome.record_id),
+    }
+
+
+def _export_line(line: InvoiceLine, outcomes: dict[str, Outcome]) -> dict[str, Any]:
     """A line as exported; one version's line of a dimension whose price changed within the period
-    also names the version (`effective_from`) and the part of the period it covers."""
-    exported = {
+    also names the version (`effective_from`) and the part of the period it covers; an SLA service
+    credit states its credit (`service_credit`), an outcome line its billed outcomes (`outcomes`)."""
+    exported: dict[str, Any] = {
         "kind": line.kind,
         "dimension": line.dimension,
         "quantity": str(line.quantity),
@@ -161,12 +202,33 @@ def _export_line(line: InvoiceLine) -> dict[str, Any]:
         exported["coupon"] = line.details["coupon"]
     if "catalogue" in line.details:
         exported["catalogue"] = line.details["catalogue"]
+    if line.kind == InvoiceLine.Kind.SERVICE_CREDIT and "fee_basis" in line.details:
+        exported["service_credit"] = {key: line.details.get(key) for key in _SERVICE_CREDIT_DETAILS}
+    if (
+        line.kind == InvoiceLine.Kind.USAGE
+        and line.dimension == Dimension.OUTCOMES
+        and "outcomes" in line.details
+    ):
+        exported["outcomes"] = [_export_outcome(ref, outcomes.get(ref)) for ref in line.details["outcomes"]]
     return exported
+
+
+def _export_credits(invoice: Invoice) -> dict[str, Any]:
+    """Prepaid credits: what finalisation spent (`credits_applied`) and on which line kinds
+    (`credit_allocation`, pinned in the terms; null before finalisation), the credit notes issued since
+    and what is owed (`amount_due`)."""
+    return {
+        "credits_applied": str(invoice.credits_applied),
+        "credit_allocation": invoice.terms.get("credit_allocation"),
+        "credit_notes": str(invoice.credit_notes),
+        "amount_due": str(invoice.amount_due),
+    }
 
 
 def _export_commercial_terms(invoice: Invoice) -> dict[str, Any]:
     """The terms of the lines not derived from records (frozen in the invoice): the base fee and its
-    timing, the minimum commitment, the contract's dates (for proration) and the coupons."""
+    timing, the minimum commitment, the contract's dates (for proration), the line kinds prepaid credits
+    may pay (`credit_order`, empty: every line) and the coupons."""
     terms = Terms.from_json(invoice.terms)
     return {
         "base_fee": terms.base_fee,
@@ -174,6 +236,7 @@ def _export_commercial_terms(invoice: Invoice) -> dict[str, Any]:
         "minimum_commitment": terms.minimum_commitment,
         "starts_at": terms.starts_at,
         "ends_at": terms.ends_at,
+        "credit_order": list(terms.credit_order),
         "coupons": [
             {"code": c.code, "percent_off": c.percent_off, "amount_off": c.amount_off} for c in terms.coupons
         ],

@@ -11,10 +11,12 @@ entity (in contract order, gapless); the ledger checkpoint is read once and the 
 statements come from one set-based ledger read per chunk.
 
 Contracts with rare features go through `generate_invoice` itself, inside the chunk's transaction:
-outcome charges, coupons, tokens priced by the LLM price catalogue, invoice credits due (SLA service
-credits pending or on the open draft, from the registered credit source: `billing.adjustments`),
-usage the run could not measure (or not per price segment). Late usage of earlier periods is
-re-measured for the chunk at once (`LateUsageCheck`, which generate_invoice uses for one contract).
+outcome charges, coupons, invoice credits due (SLA service credits pending or on the open draft, from
+the registered credit source: `billing.adjustments`), usage the run could not measure (or not per
+price segment, or not per model and day for a contract priced by the LLM price catalogue). The
+catalogue versions the chunk's contracts use are read once per chunk and currency. Late usage of
+earlier periods is re-measured for the chunk at once (`LateUsageCheck`, which generate_invoice uses
+for one contract).
 """
 
 from __future__ import annotations
@@ -30,12 +32,15 @@ from django.db import transaction
 from django.db.models import Sum
 
 from accounts.models import Tenant
+from catalog.models import ModelPrice
+from clickhouse_store.queries.billing import CatalogueDay
 from common.pg_copy import copy_insert, copy_rows
 from contracts.models import NEVER_BILLED, Contract
 from metrics.instruments import INVOICE_RUN_CONTRACTS, INVOICE_RUN_SECONDS
 from pricing.dimensions import Dimension
 from pricing.errors import BillingError
 
+from .catalogue import catalogue_versions, with_catalogue
 from .completeness import invoices_completeness
 from .lateness import LateUsageCheck, LateUsageFound, late_usage_adjustments, record_late_usage
 from .models import OPEN_STATUSES, CreditEntry, Invoice, InvoiceLine, InvoiceSequence
@@ -183,19 +188,38 @@ def _invoice_chunk(
         )
     except BillingError:  # an earlier invoice's frozen metric no longer compiles: each contract alone
         late = None
+    versions = _catalogue_versions(batch, usage, start, end)
     rated = []
     for contract, terms in batch:
         try:
+            terms, measured = with_catalogue(
+                contract, terms, usage[contract.code], start, end, versions=versions.get(terms.currency)
+            )
             found = LateUsageFound([], [])
             if contract.pk in billed_before:  # late records of those periods: adjustment lines
                 found = (
                     late.adjustments(contract, now) if late else late_usage_adjustments(contract, start, now)
                 )
             invoice = existing.get(contract.pk)
-            rated.append(_rate(contract, invoice, terms, usage[contract.code], found, start, end))
+            rated.append(_rate(contract, invoice, terms, measured, found, start, end))
         except BillingError as error:
             failed[contract.code] = f"{error.code}: {error.message}"
     return finalized + _write(rated, now), failed
+
+
+def _catalogue_versions(
+    batch: list[tuple[Contract, Terms]], usage: Mapping[str, PeriodUsage], start: datetime, end: datetime
+) -> dict[str, list[ModelPrice]]:
+    """Per currency, the catalogue versions the chunk's contracts priced by the catalogue use: one read
+    per currency instead of one per contract."""
+    by_currency: dict[str, list[tuple[CatalogueDay, ...]]] = defaultdict(list)
+    for contract, terms in batch:
+        days = usage[contract.code].catalogue
+        if terms.catalogue is not None and days is not None:
+            by_currency[terms.currency].append(days)
+    return {
+        currency: catalogue_versions(currency, usages, start, end) for currency, usages in by_currency.items()
+    }
 
 
 def _lock_sequences(entities: set[str]) -> None:
@@ -234,7 +258,7 @@ def _split(
             measured is None
             or (bounds and tuple(s.start for s in measured.segments[1:]) != bounds)
             or terms.coupons
-            or terms.catalogue is not None
+            or (terms.catalogue is not None and measured.catalogue is None)
             or any(c.dimension == Dimension.OUTCOMES for c in terms.charges)
             or contract.pk in credited
         ):

@@ -250,7 +250,7 @@ def _late_catalogue(
             sums[0] += Decimal(listed["tokens"])
             sums[1] += line.amount
     reported: dict[str, list[Decimal]] = defaultdict(lambda: [ZERO, ZERO])
-    for charge in catalogue_charges(current.catalogue, usage.catalogue, terms.currency):
+    for charge in catalogue_charges(current.catalogue, usage.catalogue or (), terms.currency):
         tokens, amount = billed[(charge.model_id, charge.effective_from, charge.dimension)]
         late = charge.tokens - tokens
         if late <= 0:

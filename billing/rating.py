@@ -74,7 +74,8 @@ class PeriodUsage:
     values: dict[str, Decimal] = field(default_factory=dict)
     excluded: dict[str, Any] = field(default_factory=dict)  # what exclusions left out, and why
     segments: tuple[SegmentUsage, ...] = ()  # in time order, when prices change within the period
-    catalogue: tuple[CatalogueDay, ...] = ()  # tokens per model and day, for catalogue pricing
+    # Tokens per model and day, for a contract priced by the catalogue; None: not measured.
+    catalogue: tuple[CatalogueDay, ...] | None = None
 
 
 @dataclass(frozen=True)
@@ -281,7 +282,7 @@ def catalogue_lines(terms: Terms, usage: PeriodUsage) -> list[RatedLine]:
             amount=charge.amount,
             details={"catalogue": charge.details(terms.catalogue.adjustment)},
         )
-        for charge in catalogue_charges(terms.catalogue, usage.catalogue, terms.currency)
+        for charge in catalogue_charges(terms.catalogue, usage.catalogue or (), terms.currency)
     ]
 
 

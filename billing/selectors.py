@@ -18,7 +18,7 @@ from typing import Any
 from django.db.models import QuerySet, Sum
 
 from accounts.access import Principal, scoped
-from clickhouse_store.queries.billing import RatedContract, UsageRow, usage_rows
+from clickhouse_store.queries.billing import RatedContract, UsageRow, catalogue_days, usage_rows
 from ledger.models import Checkpoint
 from pricing.dimensions import (
     AGGREGATED_DIMENSIONS,
@@ -38,13 +38,15 @@ METRIC_PLACES = Decimal("0.000001")
 
 @dataclass(frozen=True)
 class ContractMeter:
-    """What to measure for one contract: its tenant and code, its custom metric expressions, and the
-    instants inside the period where a price changes (usage is then also measured per segment)."""
+    """What to measure for one contract: its tenant and code, its custom metric expressions, the
+    instants inside the period where a price changes (usage is then also measured per segment), and
+    whether its tokens are priced by the LLM price catalogue (then also measured per model and day)."""
 
     tenant: str
     contract: str
     metrics: dict[str, str]
     bounds: tuple[datetime, ...] = ()
+    catalogue: bool = False
 
 
 def rated_contracts(meters: Sequence[ContractMeter]) -> list[RatedContract]:
@@ -65,7 +67,8 @@ def usage_by_contract(
     meters: Sequence[ContractMeter], start: datetime, end: datetime, as_of: datetime | None = None
 ) -> dict[str, PeriodUsage]:
     """Each contract's period usage (only successful, not excluded requests are billable; record_count
-    counts all), and per price segment for a meter with bounds. A contract without records gets zero
+    counts all), and per price segment for a meter with bounds; per model and day for a meter priced by
+    the catalogue (one more query for all of them). A contract without records gets zero
     usage. Records under another tenant's code are not counted. `as_of`: only exclusions made by then
     apply (`billing.exclusions`)."""
     if not meters:
@@ -73,6 +76,8 @@ def usage_by_contract(
     owner = {m.contract: m.tenant for m in meters}
     exclusions = rating_exclusions(owner, start, end, as_of)
     found: dict[str, dict[int, UsageRow]] = {}
+    priced = [(m.tenant, m.contract) for m in meters if m.catalogue]
+    days = catalogue_days(priced, start, end, exclusions.excluded()) if priced else {}
     for row in usage_rows(rated_contracts(meters), start, end, exclusions.excluded()):
         if owner.get(row.contract) == row.tenant:
             found.setdefault(row.contract, {})[row.segment] = row
@@ -96,6 +101,7 @@ def usage_by_contract(
             _quantities(meter, total),
             excluded=excluded,
             segments=segments if meter.bounds else (),
+            catalogue=tuple(days[(meter.tenant, meter.contract)]) if meter.catalogue else None,
         )
     return usage
 

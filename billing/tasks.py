@@ -56,6 +56,7 @@ def run_invoices(month: str, progress: Any = None, *, now: datetime | None = Non
             c.code,
             {m.code: m.expression for m in c.metrics.all()},
             instants.get(c.pk, ()),
+            catalogue=c.price_by_catalogue,
         )
         for c in contracts
     ]

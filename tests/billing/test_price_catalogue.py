@@ -10,9 +10,12 @@ from datetime import UTC, date, datetime
 from decimal import Decimal
 
 import pytest
+from django.db import connection
+from django.test.utils import CaptureQueriesContext
 
 from billing.models import Invoice, LateUsage
 from billing.services import generate_invoice
+from billing.tasks import run_invoices
 from catalog.litellm import load_prices, render_prices
 from catalog.models import ModelPrice
 from catalog.services import import_model_prices
@@ -376,3 +379,47 @@ def test_late_tokens_are_billed_next_month_at_the_version_of_their_day() -> None
         ("tokens_in", D("0.5"), D("1.00")),
         ("tokens_out", D(1), D("0.60")),
     ]
+
+
+@pytest.mark.django_db
+@pytest.mark.usefixtures("clickhouse")
+def test_the_invoice_run_bills_catalogue_contracts_in_its_batch_as_generate_invoice_does() -> None:
+    """The run measures every catalogue contract's tokens per model and day in one query and reads the
+    catalogue once per chunk: the same lines as generate_invoice."""
+    import_model_prices(load_prices(SAMPLE), "CNY", date(2026, 11, 1))
+    import_model_prices(load_prices(SAMPLE.replace("8e-06", "6e-06")), "CNY", date(2026, 11, 15))
+
+    def catalogue_contracts(count: int) -> list[Contract]:
+        made = []
+        for k in range(count):
+            contract = _catalogue_contract("0.1")
+            set_charge(contract, "requests", unit_price="0.01")
+            send(
+                contract,
+                k + 1,
+                at(2026, 11, 3),
+                tokens_in=1000,
+                tokens_out=500,
+                prefix_cache_write_tokens=100,
+            )
+            send(contract, 2, at(2026, 11, 20), tokens_in=10, tokens_out=5000, model_id="mixtral-8x7b")
+            made.append(contract)
+        return made
+
+    alone = catalogue_contracts(1)[0]
+    expected = _lines(generate_invoice(alone.pk, *NOV, now=DEC_2))
+    batch = catalogue_contracts(3)
+    with CaptureQueriesContext(connection) as captured:
+        assert run_invoices("2026-11", now=DEC_2)["failed"] == {}
+    assert _lines(Invoice.objects.get(contract=batch[0])) == expected
+    # n requests on 3 Nov (tiny, version of 1 Nov): in 890n × 0.0000022, out 500n × 0.0000088, writes 100n
+    # × 0.00000275; 2 on 20 Nov (mixtral, version of 15 Nov): out 10,000 × 0.00000066 = 0.01, no input
+    # left after the 10 cached; requests (n + 2) × 0.01. n = 1: 0.03 + 0.01 = 0.04; n = 2: 0.04 + out
+    # 0.0088 → 0.01 + 0.01 = 0.06; n = 3: 0.05 + in 0.005874 → 0.01 + out 0.0132 → 0.01 + 0.01 = 0.08.
+    assert [i.total for i in Invoice.objects.filter(contract__in=batch).order_by("contract_id")] == [
+        D("0.04"),
+        D("0.06"),
+        D("0.08"),
+    ]
+    reads = [q["sql"] for q in captured.captured_queries if "catalog_modelprice" in q["sql"]]
+    assert len(reads) == 1  # one read of the catalogue for the chunk, not one per contract

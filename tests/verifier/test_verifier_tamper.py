@@ -125,8 +125,8 @@ def test_whole_run_checks_per_line_checks_and_forked_scans_give_the_same_verdict
         {"batch signatures", "inclusion in checkpoint", "line usage tokens_in"} if tampered else set()
     )
     assert (
-        len(whole) == 15
-    )  # …, the lines, the catalogue's (skipped), the fees, true-up and discounts, the totals
+        len(whole) == 16
+    )  # …, the lines, the catalogue's (skipped), the fees, true-up and discounts, the totals, the credits
 
 
 def test_the_export_reveals_only_hashes_of_the_other_tenants_records(client: Client) -> None:

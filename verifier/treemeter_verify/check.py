@@ -20,6 +20,13 @@ from . import rating
 from .canonical import canonical_bytes
 from .catalogue import DayTokens, add_record, catalogue_problems
 from .commercial import commercial_problems
+from .credits import (
+    Finding,
+    outcome_findings,
+    outcome_record_ids,
+    prepaid_credit_finding,
+    service_credit_findings,
+)
 from .keys import PinnedKeys
 from .merkle import ProofError, root_from_multi_inclusion, root_of_leaves, verify_consistency
 from .metrics import billable_records, metric_verdicts
@@ -143,8 +150,11 @@ def _verify(
     _check_lines(invoice, manifest["prices"], usage, len(lines), report)
     _check_metrics(invoice, manifest["prices"], scans, lines, report)
     _check_catalogue(invoice, scans, lines, report)
+    _check_outcomes(invoice, manifest["prices"], scans, lines, report)
+    _check_service_credits(invoice, report)
     _check_commercial(invoice, report)
     _check_totals(invoice, report)
+    _add(report, prepaid_credit_finding(invoice))
 
 
 # A run of record lines: (first line, count, first log index, batch slot, first line in the batch);
@@ -635,6 +645,42 @@ def _check_metrics(
         report.add(check, problems, good)
 
 
+def _add(report: Report, finding: Finding) -> None:
+    if finding.problems is None:
+        report.skip(finding.check, finding.detail)
+    else:
+        report.add(finding.check, finding.problems, finding.detail)
+
+
+def _check_outcomes(
+    invoice: dict[str, Any], prices: dict[str, Any], scans: list[_Scan], lines: list[bytes], report: Report
+) -> None:
+    """The outcome line from its billed outcomes and the pinned terms (``credits``); the records that
+    declared them, when in this export, are read again (only those)."""
+    wanted = outcome_record_ids(invoice)
+    records: dict[str, dict[str, Any]] = {}
+    superseded: set[str] = set()
+    if wanted:
+        for line in _lines_of(scans, lines, {record_id.encode() for record_id in wanted}):
+            record = load_record(line)
+            if isinstance(record, dict) and record.get("record_id") in wanted:
+                records[record["record_id"]] = record
+        tenant, contract = invoice["tenant"].encode(), invoice["contract"].encode()
+        superseded = {
+            record_id.decode()
+            for claim_tenant, claim_contract, record_id in (c for scan in scans for c in scan.supersedes)
+            if (claim_tenant, claim_contract) == (tenant, contract)
+        }
+    for finding in outcome_findings(invoice, prices, records, superseded):
+        _add(report, finding)
+
+
+def _check_service_credits(invoice: dict[str, Any], report: Report) -> None:
+    """SLA service-credit lines from their stated ladder step and fee basis (``credits``)."""
+    for finding in service_credit_findings(invoice):
+        _add(report, finding)
+
+
 def _check_commercial(invoice: dict[str, Any], report: Report) -> None:
     """The base fee, true-up and discount lines from the pinned commercial terms (``commercial``)."""
     if "terms" not in invoice:
@@ -733,6 +779,15 @@ def _check_lines(
             continue  # priced by the model price catalogue: `_check_catalogue`
         if kind == "usage" and dimension in (invoice.get("metrics") or {}):
             continue  # a custom metric of the pinned terms: `_check_metrics`
+        if kind == "service_credit" or (kind == "usage" and dimension == "outcomes"):
+            continue  # from their stated details: `_check_service_credits`, `_check_outcomes`
+        if kind == "adjustment":
+            report.skip(
+                check,
+                "late usage of an earlier period, priced by that invoice's terms: "
+                "its records are not in this export, not re-rated",
+            )
+            continue
         if kind == "usage" and dimension not in rating.DIMENSIONS and "metrics" in invoice:
             report.add(check, ["neither a built-in dimension nor a metric of the pinned terms"], "")
             continue
@@ -759,7 +814,7 @@ def _check_lines(
         elif terms["charge_model"] not in rating.CHARGE_MODELS:
             problems.append(f"unknown charge model {terms['charge_model']!r}")
         else:
-            # A built-in dimension has no value field: only `outcomes` (not derived from records) does.
+            # A built-in dimension has no value field: only `outcomes` (`_check_outcomes`) does.
             expected = rating.charge_amount(terms, measured, Decimal(0), currency)
             if amount != expected:
                 problems.append(

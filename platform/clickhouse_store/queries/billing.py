@@ -357,21 +357,32 @@ class CatalogueDay(NamedTuple):
 
 
 def catalogue_days(
-    tenant: str, contract: str, start: datetime, end: datetime, excluded: Excluded = Excluded()
-) -> list[CatalogueDay]:
-    """The contract's billable tokens of [start, end) (ok, not excluded: the rating query's rule) per
-    model and UTC day of the records' start, by model and day; one query."""
+    contracts: Sequence[tuple[str, str]], start: datetime, end: datetime, excluded: Excluded = Excluded()
+) -> dict[tuple[str, str], list[CatalogueDay]]:
+    """Per (tenant, contract) of `contracts`: its billable tokens of [start, end) (ok, not excluded: the
+    rating query's rule) per model and UTC day of the records' start, by model and day; one query for
+    all of them. Records under another tenant's code are not counted."""
     in_period, params = query.in_period(start, end)
-    params.update({"tenant": tenant, "contract": contract})
+    params.update(
+        {"tenants": sorted({t for t, _ in contracts}), "contracts": sorted({c for _, c in contracts})}
+    )
     exclusions = _exclusions(excluded, params)
     rows = query.select(
-        f"{exclusions} SELECT model_id, toDate(start_time) AS day, sum(tokens_in), sum(tokens_out), "  # noqa: S608
-        "sum(prefix_cache_hit_tokens), sum(prefix_cache_write_tokens) "
-        f"FROM {query.RECORDS} WHERE {in_period} AND {_TENANT} = {{tenant:String}} "
-        f"AND {_CONTRACT} = {{contract:String}} AND {_OK} GROUP BY model_id, day ORDER BY model_id, day",
+        f"{exclusions} SELECT {_TENANT}, {_CONTRACT}, model_id, toDate(start_time) AS day, "  # noqa: S608
+        "sum(tokens_in), sum(tokens_out), sum(prefix_cache_hit_tokens), sum(prefix_cache_write_tokens) "
+        f"FROM {query.RECORDS} WHERE {in_period} AND {_TENANT} IN {{tenants:Array(String)}} "
+        f"AND {_CONTRACT} IN {{contracts:Array(String)}} AND {_OK} "
+        f"GROUP BY {_TENANT}, {_CONTRACT}, model_id, day ORDER BY {_TENANT}, {_CONTRACT}, model_id, day",
         params,
     )
-    return [CatalogueDay(m, d, int(i), int(o), int(r), int(w)) for m, d, i, o, r, w in rows]
+    wanted = set(contracts)
+    found: dict[tuple[str, str], list[CatalogueDay]] = {key: [] for key in wanted}
+    for tenant, contract, model, day, tokens_in, tokens_out, read, write in rows:
+        if (tenant, contract) in wanted:
+            found[(tenant, contract)].append(
+                CatalogueDay(model, day, int(tokens_in), int(tokens_out), int(read), int(write))
+            )
+    return found
 
 
 class SupersededAttempt(NamedTuple):
