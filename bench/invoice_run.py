@@ -266,12 +266,14 @@ def _catalogue_lookup(meters: list[Any], aggregate_s: float, console: Any) -> No
     flagged = [replace(m, catalogue=True) for m in meters]
     measure_s, usage = _timed(lambda: usage_by_contract(flagged, *nov))
     contracts = list(Contract.objects.select_related("tenant").order_by("pk"))
+    terms = {c.pk: replace(terms_of(c, *nov), catalogue=CatalogueTerms("0.1")) for c in contracts}
     began = time.perf_counter()
     versions = catalogue_versions("CNY", [u.catalogue or () for u in usage.values()], *nov)
     lines = 0
     for contract in contracts:
-        terms = replace(terms_of(contract, *nov), catalogue=CatalogueTerms("0.1"))
-        priced, measured = with_catalogue(contract, terms, usage[contract.code], *nov, versions=versions)
+        priced, measured = with_catalogue(
+            contract, terms[contract.pk], usage[contract.code], *nov, versions=versions
+        )
         assert priced.catalogue is not None and measured.catalogue is not None
         lines += len(catalogue_charges(priced.catalogue, measured.catalogue, "CNY"))
     rate_s = time.perf_counter() - began

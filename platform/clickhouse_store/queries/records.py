@@ -36,12 +36,18 @@ def _named(item: Any, names: tuple[str, ...]) -> dict[str, Any]:
 
 def _record_from_row(row: Iterable[Any]) -> dict[str, Any]:
     record = dict(zip(_FIELDS, row, strict=True))
-    for name in SIGNED_FIELDS:  # v2's signed parts, absent from a v1 record
+    record["hops"] = [_named(h, ("layer", "node", "latency_us")) for h in record["hops"]]
+    record["experts"] = [_named(e, ("layer", "expert", "tokens")) for e in record["experts"]]
+    return _as_sent(record)
+
+
+def _as_sent(record: dict[str, Any]) -> dict[str, Any]:
+    """A stored row's columns as the record its agent sent: v2's signed parts and the outcome parsed
+    from their JSON text (the signed parts absent from a v1 record), an optional field absent at 0."""
+    for name in SIGNED_FIELDS:
         text = record.pop(name)
         if record["v"] != 1:
             record[name] = orjson.loads(text)
-    record["hops"] = [_named(h, ("layer", "node", "latency_us")) for h in record["hops"]]
-    record["experts"] = [_named(e, ("layer", "expert", "tokens")) for e in record["experts"]]
     record["outcome"] = orjson.loads(record["outcome"]) if record["outcome"] else None
     for name in OPTIONAL_FIELDS:  # present in a record only from 1 on (absent means 0)
         if not record[name]:
@@ -49,13 +55,20 @@ def _record_from_row(row: Iterable[Any]) -> dict[str, Any]:
     return record
 
 
+# The period's records as the engine's JSON rows: named tuples as objects, keys named like the record's.
+_JSON_COLUMNS = ", ".join("toString(record_id) AS record_id" if n == "record_id" else n for n in _FIELDS)
+_PERIOD_JSON_SQL = _PERIOD_SQL.replace(_COLUMNS, _JSON_COLUMNS, 1)
+
+
 def stored_records(tenant: str, contract: str, start_ns: int, end_ns: int) -> Iterator[dict[str, Any]]:
     """The stored records (FINAL: each once) of a contract with start_ns in [start_ns, end_ns), as
-    record format v1/v2 dicts. The query runs now; each row becomes a dict only as it is iterated."""
-    rows = query.select(
-        _PERIOD_SQL, {"tenant": tenant, "contract": contract, "start": start_ns, "end": end_ns}
+    record format v1/v2 dicts. The engine writes the rows as JSON and orjson reads them: a million
+    records' exports read them in C rather than through the client's per-value decoding of nested
+    arrays (a third of the time). The query runs now; each row becomes a dict only as it is iterated."""
+    rows = query.select_json_rows(
+        _PERIOD_JSON_SQL, {"tenant": tenant, "contract": contract, "start": start_ns, "end": end_ns}
     )
-    return (_record_from_row(row) for row in rows)
+    return (_as_sent(orjson.loads(row)) for row in rows.splitlines())
 
 
 def layer_latencies(start: datetime, end: datetime, agents: Sequence[str] = ()) -> dict[str, tuple[int, int]]:
