@@ -86,6 +86,12 @@ class ExportQuery(serializers.Serializer):
         default=list,
         help_text="Tree sizes the verifier already holds (consistency proofs to each).",
     )
+    compress = serializers.ChoiceField(
+        choices=["gzip"],
+        required=False,
+        help_text="gzip: the export gzip-compressed (about a tenth of the size); treemeter-verify reads "
+        "it as it is, in memory.",
+    )
 
 
 class DisputeOpenSerializer(serializers.Serializer):
@@ -127,20 +133,33 @@ class DisputeResolveSerializer(serializers.Serializer):
 class InvoiceExportView(APIView):
     @extend_schema(
         parameters=[
-            OpenApiParameter("previous", int, many=True, description="Tree sizes the verifier holds.")
+            OpenApiParameter("previous", int, many=True, description="Tree sizes the verifier holds."),
+            OpenApiParameter("compress", str, enum=["gzip"], description="gzip: the export compressed."),
         ],
-        responses={(200, "application/x-ndjson"): OpenApiTypes.STR},
+        responses={
+            (200, "application/x-ndjson"): OpenApiTypes.STR,
+            (200, "application/gzip"): OpenApiTypes.BINARY,
+        },
     )
     @answers_errors
     def get(self, request: Request, pk: int) -> HttpResponse:
-        """NDJSON: the manifest line, then each record's canonical line (docs/ledger.md)."""
-        query = ExportQuery(data={"previous": request.query_params.getlist("previous")})
+        """NDJSON: the manifest line, then each record's canonical line (docs/ledger.md); with
+        `compress=gzip`, that body gzip-compressed."""
+        params: dict[str, Any] = {"previous": request.query_params.getlist("previous")}
+        if "compress" in request.query_params:
+            params["compress"] = request.query_params["compress"]
+        query = ExportQuery(data=params)
         query.is_valid(raise_exception=True)
         previous = query.validated_data["previous"]
         invoice = exports.invoice_for(pk, principal_of(request))
         store_pending()  # a leaf whose batch is still in the outbox is not missing from the store
         manifest, lines = exports.invoice_export(invoice, previous)
-        return HttpResponse(exports.export_body(manifest, lines), content_type="application/x-ndjson")
+        body = exports.export_body(manifest, lines)
+        if query.validated_data.get("compress") == "gzip":
+            response = HttpResponse(exports.compressed(body), content_type="application/gzip")
+            response["Content-Disposition"] = f'attachment; filename="invoice-{invoice.pk}.ndjson.gz"'
+            return response
+        return HttpResponse(body, content_type="application/x-ndjson")
 
 
 class InvoiceCompletenessView(APIView):

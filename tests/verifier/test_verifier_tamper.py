@@ -7,6 +7,7 @@ one thing, then runs the verifier. The platform's own audit catches the store ta
 from __future__ import annotations
 
 import base64
+import gzip
 import json
 import subprocess
 import sys
@@ -157,6 +158,28 @@ def test_the_console_script_prints_verdicts_and_exits_by_outcome(client: Client,
     export.write_bytes(b"not an export")
     unreadable = subprocess.run(run, capture_output=True, text=True, env=env, check=False)
     assert unreadable.returncode == 2 and "cannot verify" in unreadable.stderr
+
+
+def test_a_gzip_export_is_verified_in_memory_as_it_is(client: Client, tmp_path: Path) -> None:
+    world = ingest_world(client)
+    url = f"/v1/ledger/invoices/{world.invoice_id}/export"
+    plain = world.customer.get(url).content
+    packed = world.customer.get(url, {"compress": "gzip"})
+    assert packed.status_code == 200 and packed["Content-Type"] == "application/gzip"
+    assert gzip.decompress(packed.content) == plain and len(packed.content) < len(plain) / 3
+    assert world.verify(*read_export(packed.content)).ok
+    export, keys = tmp_path / "export.ndjson.gz", tmp_path / "keys.json"
+    export.write_bytes(packed.content)
+    keys.write_text(json.dumps(keys_json(world.agent)))
+    run = [sys.executable, "-m", "treemeter_verify", str(export), "--keys", str(keys)]
+    env = {"PYTHONPATH": str(REPO / "verifier"), "PATH": "/usr/bin:/bin"}
+    ok = subprocess.run(run, capture_output=True, text=True, env=env, check=False)
+    assert ok.returncode == 0 and ok.stdout.splitlines()[-1].startswith("VERIFIED: 11 records"), ok.stderr
+    export.write_bytes(packed.content[: len(packed.content) // 2])  # cut short
+    cut = subprocess.run(run, capture_output=True, text=True, env=env, check=False)
+    assert cut.returncode == 2 and "the compressed export cannot be read" in cut.stderr
+    bad = world.customer.get(url, {"compress": "zip"})
+    assert bad.status_code == 400
 
 
 def test_the_verifier_imports_neither_django_nor_the_platform() -> None:

@@ -4,8 +4,10 @@ from __future__ import annotations
 
 import base64
 import binascii
+import gzip
 import json
 import multiprocessing
+import zlib
 from collections import defaultdict
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field, replace
@@ -85,8 +87,17 @@ class _Batch:
     valid: bool
 
 
+GZIP_MAGIC = b"\x1f\x8b"
+
+
 def read_export(body: bytes) -> tuple[dict[str, Any], list[bytes]]:
-    """Split an export body into its manifest and record lines."""
+    """Split an export body into its manifest and record lines; a gzip-compressed export (`compress=gzip`)
+    is decompressed in memory first."""
+    if body[:2] == GZIP_MAGIC:
+        try:
+            body = gzip.decompress(body)
+        except (OSError, EOFError, zlib.error) as error:
+            raise ExportError(f"the compressed export cannot be read: {error}") from None
     lines = body.split(b"\n")
     if lines and lines[-1] == b"":
         lines.pop()
