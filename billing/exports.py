@@ -12,6 +12,7 @@ import orjson
 
 from accounts.access import Principal, scoped
 from agents.models import Agent
+from clickhouse_store.queries.records import stored_lines
 from ingest.models import SequenceGap
 from ledger.merkle import multi_inclusion
 from ledger.models import Checkpoint, LogBatch, LogLeaf
@@ -22,7 +23,6 @@ from ledger.selectors import (
     consistency_entry,
     covering_checkpoint,
 )
-from ledger.store import stored_lines
 from ledger.tree import StoredTree
 from pricing.dimensions import Dimension
 from treemeter_records.timeutil import unix_nanos

@@ -117,12 +117,17 @@ def select_dicts(sql: str, params: Mapping[str, Any] | None = None) -> list[dict
 
 
 # How `select_json_rows` writes rows: 64-bit integers as JSON numbers (not strings), named tuples as
-# objects keyed by their element names.
-_JSON_ROWS = {"output_format_json_quote_64bit_integers": 0, "output_format_json_named_tuples_as_objects": 1}
+# objects keyed by their element names, `/` as itself (not `\/`).
+_JSON_ROWS = {
+    "output_format_json_quote_64bit_integers": 0,
+    "output_format_json_named_tuples_as_objects": 1,
+    "output_format_json_escape_forward_slashes": 0,
+}
 
 
 def select_json_rows(sql: str, params: Mapping[str, Any] | None = None) -> bytes:
-    """The rows of a query as the engine writes them in JSONEachRow: one JSON object per line."""
+    """The rows of a query as the engine writes them in JSONEachRow: one JSON object per line, without
+    whitespace."""
     bound = _bound(sql, params)
     with locked_client() as client:
         return bytes(client.raw_query(sql, parameters=bound, fmt="JSONEachRow", settings=_JSON_ROWS))

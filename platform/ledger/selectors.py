@@ -13,13 +13,13 @@ from typing import Any
 from django.conf import settings
 from django.db.models import Max, QuerySet
 
+from clickhouse_store.queries.records import stored_lines
 from treemeter_records import key_id_for, private_key_from_seed
 from treemeter_records.merkle import leaf_hash
 
 from .merkle import consistency_path, inclusion_path
 from .models import Checkpoint, LogLeaf, LogState
 from .notes import key_hash, raw_public_key, verifier_key
-from .store import stored_lines
 from .tree import StoredTree
 
 

@@ -7,10 +7,14 @@ from collections.abc import Callable
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
 from clickhouse_store import query
-from clickhouse_store.queries.records import insert_record_lines, record_of, records_page, stored_records
+from clickhouse_store.queries.records import insert_record_lines, record_of, records_page, stored_lines
 from clickhouse_store.query import RECORDS
 from clickhouse_store.schema import RECORD_FIELDS
+from tests.records.strategies import records
 from treemeter_records import canonical_bytes, leaf_hash
 from treemeter_records import make_record as build_record
 
@@ -164,7 +168,38 @@ def test_cache_writes_read_back_byte_identical(ch: None, make_record: MakeRecord
         assert read == record
         assert read is not None and canonical_bytes(read) == line
         assert leaf_hash(canonical_bytes(read)) == leaf_hash(line)
-    period = list(stored_records("acme", "ctr-2026-0001", 0, 2**63 - 1))
-    assert sorted(canonical_bytes(r) for r in period) == sorted(sent)
+    period = stored_lines("acme", "ctr-2026-0001", 0, 2**63 - 1)
+    assert sorted(period.values()) == sorted(sent)
     total, page = records_page("acme", "ctr-2026-0001", 0, 2**63 - 1, 10, 0)
     assert total == 2 and [r.get("prefix_cache_write_tokens") for r in page] == [128, None]
+
+
+def test_stored_lines_are_the_sent_lines_whichever_way_they_are_read(ch: None) -> None:
+    """Plain records come as the engine writes them, the others are rebuilt: each is the agent's line
+    byte for byte. Hypothesis draws records of every shape (text with `/`, quotes, backslashes, control
+    characters, U+2028 and non-ASCII, outcomes, cache writes, extreme integers) into one contract."""
+    seen: list[int] = []
+
+    @settings(max_examples=15, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+    @given(st.lists(records(), min_size=1, max_size=12, unique_by=lambda r: r["record_id"]))
+    def check(drawn: list[Record]) -> None:
+        query.command("TRUNCATE TABLE usage_records")
+        sent = {}
+        for k, record in enumerate(drawn):
+            record.update(tenant="acme", contract="ctr-1", start_ns=1 + k, end_ns=1 + k)
+            sent[record["record_id"]] = canonical_bytes(record)
+        insert_record_lines(b"\n".join(sent.values()) + b"\n", dedup_token=f"lines-{len(seen)}")
+        seen.append(len(sent))
+        assert stored_lines("acme", "ctr-1", 0, 2**63 - 1) == sent
+
+    check()
+    plain = build_record(
+        agent_id="a", seq=1, tenant="acme", contract="ctr-1", package="p", sla_class="s",
+        client_request_id='say "hi" / \\ back', model_id="m/x", weights_sha3="ab" * 32, start_ns=5,
+        end_ns=6, clock_drift_us=-(2**31) + 1, tokens_in=2**32 - 1, tokens_out=0,
+        hops=[{"layer": "L3", "node": "gpu/1", "latency_us": 2**32 - 1}], experts=[],
+        prefix_cache_hit_tokens=0, expert_cache_hits=0, expert_cache_misses=0, status="ok",
+    )  # fmt: skip
+    query.command("TRUNCATE TABLE usage_records")
+    insert_record_lines(canonical_bytes(plain) + b"\n", dedup_token="plain")
+    assert stored_lines("acme", "ctr-1", 0, 2**63 - 1) == {plain["record_id"]: canonical_bytes(plain)}

@@ -10,9 +10,8 @@ import pytest
 from django.test import Client
 
 from agents.services import revoke_key
-from clickhouse_store.queries.records import record_of
+from clickhouse_store.queries.records import record_of, stored_lines
 from contracts.models import Contract
-from ledger.store import stored_lines
 from tests.factories import ContractFactory, SigningAgent, signing_agent
 from tests.ingest.support import assert_stores_agree, post
 from treemeter_records import canonical_bytes, generate_keypair, protocol, sign_record

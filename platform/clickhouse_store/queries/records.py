@@ -3,11 +3,13 @@ and exports), and the demo's count."""
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Iterable, Sequence
 from datetime import datetime
 from typing import Any
 
 import orjson
+
+from treemeter_records import canonical_bytes_fast
 
 from .. import query
 from ..schema import OPTIONAL_FIELDS, RECORD_FIELDS, SIGNED_FIELDS, USAGE_RECORDS
@@ -55,20 +57,51 @@ def _as_sent(record: dict[str, Any]) -> dict[str, Any]:
     return record
 
 
-# The period's records as the engine's JSON rows: named tuples as objects, keys named like the record's.
+# The period's other records as the engine's JSON rows: named tuples as objects, keys as the record's.
 _JSON_COLUMNS = ", ".join("toString(record_id) AS record_id" if n == "record_id" else n for n in _FIELDS)
-_PERIOD_JSON_SQL = _PERIOD_SQL.replace(_COLUMNS, _JSON_COLUMNS, 1)
 
 
-def stored_records(tenant: str, contract: str, start_ns: int, end_ns: int) -> Iterator[dict[str, Any]]:
-    """The stored records (FINAL: each once) of a contract with start_ns in [start_ns, end_ns), as
-    record format v1/v2 dicts. The engine writes the rows as JSON and orjson reads them: a million
-    records' exports read them in C rather than through the client's per-value decoding of nested
-    arrays (a third of the time). The query runs now; each row becomes a dict only as it is iterated."""
-    rows = query.select_json_rows(
-        _PERIOD_JSON_SQL, {"tenant": tenant, "contract": contract, "start": start_ns, "end": end_ns}
-    )
-    return (_as_sent(orjson.loads(row)) for row in rows.splitlines())
+# A plain record: format v1, no outcome, no cache writes, its free text printable ASCII. The engine
+# writes it as its canonical line itself (`stored_lines`): the columns in canonical key order,
+# each nested tuple's elements named in key order, the outcome null, 64-bit integers as numbers and `/`
+# not escaped; in printable ASCII the engine escapes only `"` and `\`, as the canonical encoding does.
+_ASCII = "match({}, '^[ -~]*$')"
+_PLAIN = (
+    "v = 1 AND outcome = '' AND prefix_cache_write_tokens = 0 AND "
+    + " AND ".join(_ASCII.format(column) for column in ("client_request_id", "model_id"))
+    + " AND arrayAll(h -> "
+    + _ASCII.format("h.node")
+    + ", hops)"
+)
+_CANONICAL_V1 = (
+    "agent_id, client_request_id, clock_drift_us, contract, distinct_experts, end_ns, expert_cache_hits, "
+    "expert_cache_misses, expert_tokens, "
+    "arrayMap(e -> CAST((e.expert, e.layer, e.tokens), 'Tuple(expert UInt16, layer UInt16, tokens UInt32)'), "
+    "experts) AS experts, "
+    "arrayMap(h -> CAST((h.latency_us, toString(h.layer), h.node), "
+    "'Tuple(latency_us UInt32, layer String, node String)'), hops) AS hops, "
+    "model_id, NULL AS outcome, package, prefix_cache_hit_tokens, toString(record_id) AS record_id, seq, "
+    "sla_class, start_ns, status, tenant, tokens_in, tokens_out, v, weights_sha3"
+)
+_PERIOD_WHERE = _PERIOD_SQL[_PERIOD_SQL.index(" WHERE ") :]
+_PLAIN_LINES_SQL = f"SELECT {_CANONICAL_V1} FROM (SELECT * FROM {query.RECORDS}{_PERIOD_WHERE} AND {_PLAIN})"  # noqa: S608
+_OTHER_JSON_SQL = f"{_PERIOD_SQL.replace(_COLUMNS, _JSON_COLUMNS, 1)} AND NOT ({_PLAIN})"
+_RECORD_ID = b'"record_id":"'
+
+
+def stored_lines(tenant: str, contract: str, start_ns: int, end_ns: int) -> dict[str, bytes]:
+    """record_id → canonical bytes of each stored record of a contract in [start_ns, end_ns) (FINAL:
+    each once). Plain records (the many) come as the engine writes them, the others are rebuilt from
+    their JSON rows: a million-record export makes no Python object for most of its records."""
+    params = {"tenant": tenant, "contract": contract, "start": start_ns, "end": end_ns}
+    out: dict[str, bytes] = {}
+    for line in query.select_json_rows(_PLAIN_LINES_SQL, params).splitlines():
+        at = line.index(_RECORD_ID) + len(_RECORD_ID)
+        out[line[at : at + 36].decode()] = line
+    for row in query.select_json_rows(_OTHER_JSON_SQL, params).splitlines():
+        record = _as_sent(orjson.loads(row))
+        out[record["record_id"]] = canonical_bytes_fast(record)
+    return out
 
 
 def layer_latencies(start: datetime, end: datetime, agents: Sequence[str] = ()) -> dict[str, tuple[int, int]]:
