@@ -60,8 +60,8 @@ class ByModel(CursorPage):
 
 
 def _day(request: Request, name: str) -> date | None:
-    raw = request.query_params.get(name, "")
-    return _required_day(request, name) if raw else None
+    """The day given as `name`, or None when the parameter is absent (an empty one is refused)."""
+    return _required_day(request, name) if name in request.query_params else None
 
 
 def _required_day(request: Request, name: str) -> date:

@@ -110,7 +110,8 @@ def test_customers_list_the_versions_in_force_and_export_them_as_the_same_file()
         "litellm_provider": "treemeter",
         "mode": "chat",
     }
-    assert customer.get("/v1/catalog/model-prices?as_of=yesterday").status_code == 400
+    for bad in ("as_of=yesterday", "as_of="):
+        assert customer.get(f"/v1/catalog/model-prices?{bad}").json()["code"] == "invalid_as_of"
     assert customer.get("/v1/catalog/model-prices/export").json()["code"] == "invalid_currency"
 
 
