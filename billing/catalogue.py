@@ -43,7 +43,8 @@ def with_catalogue(
         days = tuple(catalogue_days([key], start, end, excluded)[key])
     if versions is None:
         versions = catalogue_versions(terms.currency, [days], start, end)
-    pinned = [_pinned(v) for v in versions if v.currency == terms.currency]
+    models = {d.model_id for d in days}  # `versions` may be a whole chunk's: pin this contract's only
+    pinned = [_pinned(v) for v in versions if v.currency == terms.currency and v.model_id in models]
     used = {
         (v.model_id, v.effective_from) for d in days for v in [version_in_force(pinned, d.model_id, d.day)]
     }

@@ -159,9 +159,12 @@ def _verify(
     _check_inclusion(included, checkpoint, manifest, unlogged, report)
     _check_completeness(batches, manifest.get("reported_gaps", {}), report)
     _check_lines(invoice, manifest["prices"], usage, len(lines), report)
-    _check_metrics(invoice, manifest["prices"], scans, lines, report)
-    _check_catalogue(invoice, scans, lines, report)
-    _check_outcomes(invoice, manifest["prices"], scans, lines, report)
+    retried = _superseded_ids(invoice, scans)
+    # Read again, once, only for an invoice whose lines need the records one by one.
+    billable = _billable(invoice, lines, retried) if _rates_records(invoice) else []
+    _check_metrics(invoice, manifest["prices"], billable, report)
+    _check_catalogue(invoice, billable, report)
+    _check_outcomes(invoice, manifest["prices"], scans, lines, retried, report)
     _check_service_credits(invoice, report)
     _check_commercial(invoice, report)
     _check_totals(invoice, report)
@@ -603,55 +606,62 @@ def _check_completeness(batches: list[_Batch], reported: dict[str, list[list[int
     report.add("sequence completeness", problems, f"no gaps in {len(covered)} agents' sequences")
 
 
-def _check_catalogue(invoice: dict[str, Any], scans: list[_Scan], lines: list[bytes], report: Report) -> None:
+def _superseded_ids(invoice: dict[str, Any], scans: list[_Scan]) -> set[str]:
+    """The record ids of the invoice's contract that a retry's verified decision superseded."""
+    owner = (invoice["tenant"].encode(), invoice["contract"].encode())
+    return {
+        record_id.decode()
+        for tenant, contract, record_id in (c for s in scans for c in s.supersedes)
+        if (tenant, contract) == owner
+    }
+
+
+def _has_metric_lines(invoice: dict[str, Any]) -> bool:
+    metrics = invoice.get("metrics") or {}
+    return any(
+        x["kind"] == "usage" and x["dimension"] in metrics and "catalogue" not in x for x in invoice["lines"]
+    )
+
+
+def _rates_records(invoice: dict[str, Any]) -> bool:
+    """Whether a line is rated from the records one by one: catalogue lines, custom-metric lines."""
+    return invoice.get("catalogue") is not None or _has_metric_lines(invoice)
+
+
+def _billable(invoice: dict[str, Any], lines: list[bytes], superseded: set[str]) -> list[dict[str, Any]]:
+    """The records the platform rates (``metrics.billable_records``), parsed from the lines."""
+    return billable_records(
+        map(load_record, lines),
+        invoice["tenant"],
+        invoice["contract"],
+        invoice["period_start_ns"],
+        invoice["period_end_ns"],
+        superseded,
+    )
+
+
+def _check_catalogue(invoice: dict[str, Any], billable: list[dict[str, Any]], report: Report) -> None:
     """Lines priced by the LLM price catalogue (``catalogue``): the billable records' tokens per model
-    and day, read again only for an invoice that has such lines."""
+    and day."""
     if invoice.get("catalogue") is None:
         report.skip("catalogue lines", "the contract is not priced by the model price catalogue")
         return
-    superseded = {claim for scan in scans for claim in scan.supersedes}
     days: DayTokens = {}
-    for line in lines:
-        record = load_record(line)
-        if record_fields(record) is None or record["status"] != "ok":
-            continue
-        owner = (
-            str(record["tenant"]).encode(),
-            str(record["contract"]).encode(),
-            str(record["record_id"]).encode(),
-        )
-        if owner not in superseded:
-            add_record(days, record)
+    for record in billable:
+        add_record(days, record)
     problems, good = catalogue_problems(invoice, days)
     report.add("catalogue lines", problems, good)
 
 
 def _check_metrics(
-    invoice: dict[str, Any], prices: dict[str, Any], scans: list[_Scan], lines: list[bytes], report: Report
+    invoice: dict[str, Any], prices: dict[str, Any], billable: list[dict[str, Any]], report: Report
 ) -> None:
     """Usage lines of the contract's custom metrics (the export's pinned ``metrics``: code → expression),
     re-measured from the billable records of the invoice (status ok, not superseded) and re-rated from
-    the pinned terms (``metrics.metric_verdicts``). The records are read again only for an invoice that
-    has such lines; an export without ``metrics`` leaves them SKIP (`_check_lines`)."""
-    metrics = invoice.get("metrics") or {}
-    if not any(
-        x["kind"] == "usage" and x["dimension"] in metrics and "catalogue" not in x for x in invoice["lines"]
-    ):
+    the pinned terms (``metrics.metric_verdicts``); an export without ``metrics`` leaves them SKIP
+    (`_check_lines`)."""
+    if not _has_metric_lines(invoice):
         return
-    tenant, contract = invoice["tenant"], invoice["contract"]
-    superseded = {
-        record_id.decode()
-        for claim_tenant, claim_contract, record_id in (claim for scan in scans for claim in scan.supersedes)
-        if (claim_tenant, claim_contract) == (tenant.encode(), contract.encode())
-    }
-    billable = billable_records(
-        map(load_record, lines),
-        tenant,
-        contract,
-        invoice["period_start_ns"],
-        invoice["period_end_ns"],
-        superseded,
-    )
     for check, problems, good in metric_verdicts(invoice, prices, billable):
         report.add(check, problems, good)
 
@@ -664,24 +674,21 @@ def _add(report: Report, finding: Finding) -> None:
 
 
 def _check_outcomes(
-    invoice: dict[str, Any], prices: dict[str, Any], scans: list[_Scan], lines: list[bytes], report: Report
+    invoice: dict[str, Any],
+    prices: dict[str, Any],
+    scans: list[_Scan],
+    lines: list[bytes],
+    superseded: set[str],
+    report: Report,
 ) -> None:
     """The outcome line from its billed outcomes and the pinned terms (``credits``); the records that
     declared them, when in this export, are read again (only those)."""
     wanted = outcome_record_ids(invoice)
     records: dict[str, dict[str, Any]] = {}
-    superseded: set[str] = set()
-    if wanted:
-        for line in _lines_of(scans, lines, {record_id.encode() for record_id in wanted}):
-            record = load_record(line)
-            if isinstance(record, dict) and record.get("record_id") in wanted:
-                records[record["record_id"]] = record
-        tenant, contract = invoice["tenant"].encode(), invoice["contract"].encode()
-        superseded = {
-            record_id.decode()
-            for claim_tenant, claim_contract, record_id in (c for scan in scans for c in scan.supersedes)
-            if (claim_tenant, claim_contract) == (tenant, contract)
-        }
+    for line in _lines_of(scans, lines, {record_id.encode() for record_id in wanted}):
+        record = load_record(line)
+        if isinstance(record, dict) and record.get("record_id") in wanted:
+            records[record["record_id"]] = record
     for finding in outcome_findings(invoice, prices, records, superseded):
         _add(report, finding)
 

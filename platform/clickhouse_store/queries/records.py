@@ -16,11 +16,11 @@ from ..schema import OPTIONAL_FIELDS, RECORD_FIELDS, SIGNED_FIELDS, USAGE_RECORD
 
 _FIELDS = (*RECORD_FIELDS, *SIGNED_FIELDS, *OPTIONAL_FIELDS)
 _COLUMNS = ", ".join("toString(record_id)" if name == "record_id" else name for name in _FIELDS)
-_PERIOD_SQL = (
-    f"SELECT {_COLUMNS} FROM {query.RECORDS} "  # noqa: S608 - constant table and column names
+_PERIOD = (
     "WHERE tenant = {tenant:String} AND contract = {contract:String} "
     "AND start_ns >= {start:Int64} AND start_ns < {end:Int64}"
 )
+_PERIOD_SQL = f"SELECT {_COLUMNS} FROM {query.RECORDS} {_PERIOD}"  # noqa: S608 - constant names
 
 
 def insert_record_lines(body: bytes, dedup_token: str) -> None:
@@ -83,9 +83,8 @@ _CANONICAL_V1 = (
     "model_id, NULL AS outcome, package, prefix_cache_hit_tokens, toString(record_id) AS record_id, seq, "
     "sla_class, start_ns, status, tenant, tokens_in, tokens_out, v, weights_sha3"
 )
-_PERIOD_WHERE = _PERIOD_SQL[_PERIOD_SQL.index(" WHERE ") :]
-_PLAIN_LINES_SQL = f"SELECT {_CANONICAL_V1} FROM (SELECT * FROM {query.RECORDS}{_PERIOD_WHERE} AND {_PLAIN})"  # noqa: S608
-_OTHER_JSON_SQL = f"{_PERIOD_SQL.replace(_COLUMNS, _JSON_COLUMNS, 1)} AND NOT ({_PLAIN})"
+_PLAIN_LINES_SQL = f"SELECT {_CANONICAL_V1} FROM (SELECT * FROM {query.RECORDS} {_PERIOD} AND {_PLAIN})"  # noqa: S608
+_OTHER_JSON_SQL = f"SELECT {_JSON_COLUMNS} FROM {query.RECORDS} {_PERIOD} AND NOT ({_PLAIN})"  # noqa: S608
 _RECORD_ID = b'"record_id":"'
 
 
@@ -157,12 +156,7 @@ def records_page(
     """How many records the contract has with start_ns in [start_ns, end_ns), and one page of them in
     time order (record format v1/v2 dicts)."""
     params = {"tenant": tenant, "contract": contract, "start": start_ns, "end": end_ns}
-    [(total,)] = query.select(
-        f"SELECT count() FROM {query.RECORDS} "  # noqa: S608 - constant table name
-        "WHERE tenant = {tenant:String} AND contract = {contract:String} "
-        "AND start_ns >= {start:Int64} AND start_ns < {end:Int64}",
-        params,
-    )
+    [(total,)] = query.select(f"SELECT count() FROM {query.RECORDS} {_PERIOD}", params)  # noqa: S608
     rows = query.select(_PAGE_SQL, {**params, "limit": limit, "offset": offset})
     return int(total), [_record_from_row(row) for row in rows]
 
