@@ -130,6 +130,7 @@ def invoice_export(invoice: Invoice, previous_sizes: list[int]) -> tuple[dict[st
             "lines": _export_lines(invoice),
         },
         "prices": _export_prices(invoice),
+        "earlier_terms": _export_earlier_terms(invoice),
         "checkpoint": checkpoint.note,
         "consistency": [consistency_entry(size, checkpoint.size, tree) for size in previous_sizes],
         "lines": len(entries.lines),
@@ -159,6 +160,11 @@ _SERVICE_CREDIT_DETAILS = (
     "credit_percent",
     "fee_basis",
 )
+
+
+# What a late-usage adjustment line states of the earlier invoice it adjusts (`billing.lateness`): its
+# number and period, what it re-rates (`rerated`) or, priced by the catalogue, what was billed before.
+_LATE_USAGE_DETAILS = ("invoice", "period_start", "rerated", "billed_before")
 
 
 def _export_lines(invoice: Invoice) -> list[dict[str, Any]]:
@@ -205,6 +211,10 @@ def _export_line(line: InvoiceLine, outcomes: dict[str, Outcome]) -> dict[str, A
         exported["coupon"] = line.details["coupon"]
     if "catalogue" in line.details:
         exported["catalogue"] = line.details["catalogue"]
+    if line.kind == InvoiceLine.Kind.ADJUSTMENT and "invoice" in line.details:
+        exported["late_usage"] = {
+            key: line.details[key] for key in _LATE_USAGE_DETAILS if key in line.details
+        }
     if line.kind == InvoiceLine.Kind.SERVICE_CREDIT and "fee_basis" in line.details:
         exported["service_credit"] = {key: line.details.get(key) for key in _SERVICE_CREDIT_DETAILS}
     if (
@@ -267,6 +277,19 @@ def _export_tax_terms(invoice: Invoice) -> dict[str, Any]:
         "rate": terms.tax_rate,
         "inclusive": terms.tax_inclusive,
         "taxes": [tax.as_json() for tax in terms.taxes],
+    }
+
+
+def _export_earlier_terms(invoice: Invoice) -> dict[str, Any]:
+    """The pinned terms of each earlier invoice that an adjustment line of this one adjusts, by number:
+    its prices and catalogue versions, which price its late usage."""
+    numbers = set(
+        invoice.lines.filter(kind=InvoiceLine.Kind.ADJUSTMENT).values_list("details__invoice", flat=True)
+    )
+    earlier = Invoice.objects.filter(contract_id=invoice.contract_id, number__in=numbers - {None})
+    return {
+        other.number: {"prices": _export_prices(other), "catalogue": _export_catalogue(other)}
+        for other in earlier.order_by("period_start")
     }
 
 

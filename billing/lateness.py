@@ -21,15 +21,16 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from decimal import Decimal
+from typing import Any
 
 from contracts.models import Contract
 
 from .catalogue import with_catalogue
 from .catalogue_rating import MILLION, catalogue_charges
 from .models import Invoice, InvoiceLine, LateUsage
-from .rating import PeriodUsage, RatedLine, SegmentUsage, rate_versions
+from .rating import PeriodUsage, RatedLine, SegmentUsage, rate_versions, version_quantities
 from .selectors import ContractMeter, usage_by_contract
-from .terms import Terms
+from .terms import ChargeTerms, Terms
 
 LOOKBACK = 12
 ZERO = Decimal(0)
@@ -201,7 +202,11 @@ def _adjust(
         )
         if too_old:
             continue
-        details: dict[str, object] = {"period_start": start.isoformat(), "invoice": invoice.number}
+        details: dict[str, object] = {
+            "period_start": start.isoformat(),
+            "invoice": invoice.number,
+            "rerated": _rerated(versions, billed, measured, start, end, additive),
+        }
         if measured.segments and len(measured.segments) == len(billed.segments):
             details["segments"] = [
                 str(part.quantities.get(dimension, ZERO) - was.quantities.get(dimension, ZERO))
@@ -223,6 +228,29 @@ def _adjust(
         found.lines += late_tokens.lines
         found.reports += late_tokens.reports
     return found
+
+
+def _rerated(
+    versions: list[ChargeTerms],
+    billed: PeriodUsage,
+    measured: PeriodUsage,
+    start: datetime,
+    end: datetime,
+    additive: bool,
+) -> dict[str, Any]:
+    """What an adjustment line re-rates, so that a verifier can redo it from the old invoice's pinned
+    terms: the versions in effect, the quantities each priced before (`before`: billed so far) and
+    after the late records, and the value a percentage charge takes (the same both times). The line's
+    amount is the rating of `after` less the rating of `before` (`rate_versions`)."""
+    before = version_quantities(versions, billed, start, end, additive)
+    after = version_quantities(versions, measured, start, end, additive)
+    return {
+        "segmented": after.segmented,
+        "versions": list(after.effective_from),
+        "before": [str(q) for q in before.quantities],
+        "after": [str(q) for q in after.quantities],
+        "value": str(measured.values.get(versions[0].dimension, ZERO)),
+    }
 
 
 def _late_catalogue(
@@ -260,7 +288,11 @@ def _late_catalogue(
         reported[charge.dimension][1] += extra
         if too_old:
             continue
-        details = {"period_start": start.isoformat(), "invoice": invoice.number}
+        details = {
+            "period_start": start.isoformat(),
+            "invoice": invoice.number,
+            "billed_before": {"tokens": str(tokens), "amount": str(amount)},
+        }
         found.lines.append(
             RatedLine(
                 dimension=charge.dimension,

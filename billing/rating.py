@@ -141,10 +141,10 @@ def rate_versions(
     if not spans:
         return []
     dimension = versions[0].dimension
-    if not additive or (len(spans) == 1 and spans[0][1:] == (start, end)):
-        quantity, value = usage.quantities.get(dimension, ZERO), usage.values.get(dimension, ZERO)
-        return [rate_charge(spans[-1][0], quantity, value, currency)]
-    quantities = [_segment_quantity(usage, dimension, begin, finish) for _, begin, finish in spans]
+    rated = version_quantities(versions, usage, start, end, additive)
+    if not rated.segmented:
+        return [rate_charge(spans[-1][0], rated.quantities[0], usage.values.get(dimension, ZERO), currency)]
+    quantities = list(rated.quantities)
     newest = spans[-1][0]
     included = Decimal(newest.included_quantity)
     total = sum(quantities, ZERO)
@@ -186,6 +186,35 @@ def rate_versions(
         )
     bound = _bound_line(newest, rated, lines, currency)
     return [*lines, bound] if bound is not None else lines
+
+
+@dataclass(frozen=True)
+class VersionQuantities:
+    """What `rate_versions` rates a dimension's usage at: the versions in effect (`effective_from`,
+    oldest first) with the quantity each prices; `segmented` false: one line over the whole period, at
+    the one version given."""
+
+    segmented: bool
+    effective_from: tuple[str, ...]
+    quantities: tuple[Decimal, ...]
+
+
+def version_quantities(
+    versions: list[ChargeTerms], usage: PeriodUsage, start: datetime, end: datetime, additive: bool = True
+) -> VersionQuantities:
+    """The quantities `rate_versions` prices, per version in effect (none when no version is)."""
+    spans = _spans(versions, start, end)
+    if not spans:
+        return VersionQuantities(False, (), ())
+    dimension = versions[0].dimension
+    if not additive or (len(spans) == 1 and spans[0][1:] == (start, end)):
+        newest = spans[-1][0]
+        return VersionQuantities(False, (newest.effective_from,), (usage.quantities.get(dimension, ZERO),))
+    return VersionQuantities(
+        True,
+        tuple(charge.effective_from for charge, _, _ in spans),
+        tuple(_segment_quantity(usage, dimension, begin, finish) for _, begin, finish in spans),
+    )
 
 
 def _spans(

@@ -285,26 +285,3 @@ def test_without_a_credit_order_credits_pay_every_line_up_to_the_total(client: C
         False,
         "credits applied 5.50 CNY exceed the total 5.00",
     )
-
-
-def test_a_late_usage_adjustment_line_says_why_it_is_not_re_rated(client: Client) -> None:
-    contract = ContractFactory.create()
-    ContractPrice.objects.create(contract=contract, dimension="requests", unit_price=D("0.50"))
-    agent = signing_agent(contract)
-    send(client, agent, [agent.record(contract, start_ns=_ns(11, 20))])
-    invoice = finalize_invoice(november_invoice(contract))
-    manifest, lines = _export(contract, invoice.pk)
-    manifest["invoice"]["lines"].append(
-        {
-            "kind": "adjustment",
-            "dimension": "requests",
-            "quantity": "2",
-            "unit_price": "0.5",
-            "amount": "1.00",
-        }
-    )
-    verdict = _verdicts(manifest, lines, agent)["line adjustment requests"]
-    assert verdict.skipped and verdict.detail == (
-        "late usage of an earlier period, priced by that invoice's terms: its records are not in this "
-        "export, not re-rated"
-    )

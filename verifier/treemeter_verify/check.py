@@ -30,6 +30,7 @@ from .credits import (
     service_credit_findings,
 )
 from .keys import PinnedKeys
+from .late import late_usage_findings
 from .merkle import ProofError, root_from_multi_inclusion, root_of_leaves, verify_consistency
 from .metrics import billable_records, metric_verdicts
 from .note import Checkpoint, NoteError, open_checkpoint
@@ -166,6 +167,8 @@ def _verify(
     _check_catalogue(invoice, billable, report)
     _check_outcomes(invoice, manifest["prices"], scans, lines, retried, report)
     _check_service_credits(invoice, report)
+    for finding in late_usage_findings(invoice, manifest.get("earlier_terms", {})):
+        _add(report, finding)
     _check_commercial(invoice, report)
     _check_totals(invoice, report)
     _add(report, prepaid_credit_finding(invoice))
@@ -800,12 +803,7 @@ def _check_lines(
         if kind == "service_credit" or (kind == "usage" and dimension == "outcomes"):
             continue  # from their stated details: `_check_service_credits`, `_check_outcomes`
         if kind == "adjustment":
-            report.skip(
-                check,
-                "late usage of an earlier period, priced by that invoice's terms: "
-                "its records are not in this export, not re-rated",
-            )
-            continue
+            continue  # late usage of an earlier invoice, from its pinned terms: `_check_late_usage`
         if kind == "usage" and dimension not in rating.DIMENSIONS and "metrics" in invoice:
             report.add(check, ["neither a built-in dimension nor a metric of the pinned terms"], "")
             continue

@@ -40,7 +40,7 @@ class Finding(NamedTuple):
     detail: str
 
 
-def _decimal(text: Any) -> Decimal:
+def stated_decimal(text: Any) -> Decimal:
     """A stated figure as a finite Decimal; ValueError otherwise (also for a number that is not text)."""
     if not isinstance(text, str):
         raise ValueError(f"{text!r} is not a decimal in text")
@@ -53,7 +53,7 @@ def _decimal(text: Any) -> Decimal:
     return value
 
 
-def _text(value: Decimal) -> str:
+def plain(value: Decimal) -> str:
     return f"{value.normalize():f}"
 
 
@@ -80,41 +80,41 @@ def service_credit_findings(invoice: dict[str, Any]) -> list[Finding]:
 
 
 def _service_credit(line: dict[str, Any], stated: dict[str, Any], currency: str) -> tuple[list[str], str]:
-    amount, quantity = _decimal(line["amount"]), _decimal(line["quantity"])
-    percent, basis = _decimal(stated["credit_percent"]), _decimal(stated["fee_basis"])
+    amount, quantity = stated_decimal(line["amount"]), stated_decimal(line["quantity"])
+    percent, basis = stated_decimal(stated["credit_percent"]), stated_decimal(stated["fee_basis"])
     where = f"credit for {stated['month']} (SLA report #{stated['sla_report']})"
     problems = []
     if quantity != 1:
-        problems.append(f"{where}: quantity {_text(quantity)}, a credit is one")
+        problems.append(f"{where}: quantity {plain(quantity)}, a credit is one")
     if not ZERO < percent <= HUNDRED:
-        problems.append(f"{where}: credit {_text(percent)} % is not in (0, 100]")
+        problems.append(f"{where}: credit {plain(percent)} % is not in (0, 100]")
     step, measured = stated.get("ladder_step"), stated.get("measured_percent")
     rung = ""
     if step is None or measured is None:
         problems.append(f"{where}: states no ladder step and measured attainment to hold the credit")
     else:
         below, earned, attained = (
-            _decimal(step["below_percent"]),
-            _decimal(step["credit_percent"]),
-            _decimal(measured),
+            stated_decimal(step["below_percent"]),
+            stated_decimal(step["credit_percent"]),
+            stated_decimal(measured),
         )
-        rung = f"{stated.get('objective')} {_text(attained)} % < {_text(below)} % → {_text(earned)} %"
+        rung = f"{stated.get('objective')} {plain(attained)} % < {plain(below)} % → {plain(earned)} %"
         if not attained < below:
             problems.append(
-                f"{where}: measured {_text(attained)} % is not below the ladder step's {_text(below)} %"
+                f"{where}: measured {plain(attained)} % is not below the ladder step's {plain(below)} %"
             )
         if earned != percent:
             problems.append(
-                f"{where}: the ladder step earns {_text(earned)} % but the line credits {_text(percent)} %"
+                f"{where}: the ladder step earns {plain(earned)} % but the line credits {plain(percent)} %"
             )
     expected = -round_money(basis * percent / HUNDRED, currency)
     if amount != expected:
         problems.append(
-            f"{where}: amount {amount} {currency} but {_text(percent)} % of {basis} gives {expected} "
+            f"{where}: amount {amount} {currency} but {plain(percent)} % of {basis} gives {expected} "
             f"(off by {amount - expected} {currency})"
         )
     good = (
-        f"{_text(percent)} % of {basis} = {amount} {currency} for {stated['month']} "
+        f"{plain(percent)} % of {basis} = {amount} {currency} for {stated['month']} "
         f"(SLA report #{stated['sla_report']}: {rung}; {STATED_SLA})"
     )
     return problems, good
@@ -191,7 +191,7 @@ def _outcome_line(
 ) -> tuple[list[str], str]:
     currency = invoice["currency"]
     billed = line["outcomes"]
-    stated_quantity, amount = _decimal(line["quantity"]), _decimal(line["amount"])
+    stated_quantity, amount = stated_decimal(line["quantity"]), stated_decimal(line["amount"])
     problems: list[str] = []
     refs = [outcome["ref"] for outcome in billed]
     if len(set(refs)) != len(refs):
@@ -200,7 +200,7 @@ def _outcome_line(
     from_records = 0
     for outcome in billed:
         ref, record_id = outcome["ref"], outcome.get("record_id")
-        value = _decimal(outcome["value"])
+        value = stated_decimal(outcome["value"])
         if value < 0:
             problems.append(f"outcome {ref}: negative value {value}")
         values.append(value)
@@ -215,12 +215,12 @@ def _outcome_line(
             problems.append(f"outcome {ref}: its record {record_id} declares no billable outcome")
         elif declared != (ref, outcome["type"], value):
             problems.append(
-                f"outcome {ref}: stated as {ref} {outcome['type']} {_text(value)} but its record "
-                f"{record_id} declares {declared[0]} {declared[1]} {_text(declared[2])}"
+                f"outcome {ref}: stated as {ref} {outcome['type']} {plain(value)} but its record "
+                f"{record_id} declares {declared[0]} {declared[1]} {plain(declared[2])}"
             )
     count, total = Decimal(len(billed)), sum(values, ZERO)
     if stated_quantity != count:
-        problems.append(f"quantity {_text(stated_quantity)} but {len(billed)} outcomes are billed")
+        problems.append(f"quantity {plain(stated_quantity)} but {len(billed)} outcomes are billed")
     terms = prices.get("outcomes")
     if terms is None:
         problems.append("the contract prices no outcomes")
@@ -230,12 +230,12 @@ def _outcome_line(
         expected = charge_amount(terms, count, total, currency)
         if amount != expected:
             problems.append(
-                f"amount {amount} {currency} but {len(billed)} outcomes worth {_text(total)} give "
+                f"amount {amount} {currency} but {len(billed)} outcomes worth {plain(total)} give "
                 f"{expected} under {terms['charge_model']} (off by {amount - expected} {currency})"
             )
     stated = len(billed) - from_records
     good = (
-        f"{len(billed)} outcomes worth {_text(total)} at {terms['charge_model'] if terms else '?'} = "
+        f"{len(billed)} outcomes worth {plain(total)} at {terms['charge_model'] if terms else '?'} = "
         f"{amount} {currency} ({from_records} checked against their records, {stated} declared through "
         "the API or in another period: stated by the platform)"
     )
@@ -266,14 +266,14 @@ def _kind_due(invoice: dict[str, Any], kind: str) -> Decimal:
         added = ZERO if inclusive else Decimal(1)
         return sum(
             (
-                _decimal(line["amount"])
-                + added * sum((_decimal(t["amount"]) for t in line.get("taxes", [])), ZERO)
+                stated_decimal(line["amount"])
+                + added * sum((stated_decimal(t["amount"]) for t in line.get("taxes", [])), ZERO)
                 for line in lines
             ),
             ZERO,
         )
-    gross = Decimal(1) if inclusive else 1 + _decimal(tax_terms["rate"])
-    return round_money(sum((_decimal(line["amount"]) for line in lines), ZERO) * gross, currency)
+    gross = Decimal(1) if inclusive else 1 + stated_decimal(tax_terms["rate"])
+    return round_money(sum((stated_decimal(line["amount"]) for line in lines), ZERO) * gross, currency)
 
 
 def _allocation(
@@ -294,8 +294,8 @@ def _allocation(
 
 def _prepaid(invoice: dict[str, Any]) -> tuple[list[str], str]:
     currency = invoice["currency"]
-    total, applied = _decimal(invoice["total"]), _decimal(invoice["credits_applied"])
-    due, notes = _decimal(invoice["amount_due"]), _decimal(invoice.get("credit_notes", "0"))
+    total, applied = stated_decimal(invoice["total"]), stated_decimal(invoice["credits_applied"])
+    due, notes = stated_decimal(invoice["amount_due"]), stated_decimal(invoice.get("credit_notes", "0"))
     problems = []
     if applied < 0:
         problems.append(f"credits applied {applied} {currency} are negative")
@@ -314,7 +314,7 @@ def _prepaid(invoice: dict[str, Any]) -> tuple[list[str], str]:
             )
         pinned = invoice.get("credit_allocation")
         if pinned is not None:
-            found = {kind: _decimal(amount) for kind, amount in pinned.items()}
+            found = {kind: stated_decimal(amount) for kind, amount in pinned.items()}
             if found != allocation:
                 problems.append(
                     f"allocation {_allocation_text(found)} but the credit order gives "

@@ -139,14 +139,17 @@ def charge_amount(terms: dict[str, Any], quantity: Decimal, value: Decimal, curr
     return round_money(amount, currency)
 
 
-def _range_amount(terms: dict[str, Any], first: Decimal, last: Decimal, total: Decimal) -> Decimal:
+def _range_amount(
+    terms: dict[str, Any], first: Decimal, last: Decimal, total: Decimal, value: Decimal
+) -> Decimal:
     """The unrounded amount of the billable units at tier positions (first, last] of the period's
-    billable ``total``, without period bounds (a built-in dimension has no value)."""
+    billable ``total``, without period bounds; a percentage charge takes ``value``, their share of the
+    period's value."""
     if last <= first:
         return ZERO
     model, properties = terms["charge_model"], terms["properties"]
     if model == "percentage":
-        return _model_amount(model, properties, last - first, ZERO)
+        return _model_amount(model, properties, last - first, value)
     if model == "volume":  # the period's total picks the tier; its flat fee is shared pro rata
         _, price, flat = next(t for t in _tiers(properties) if t[0] is None or total <= t[0])
         return (last - first) * price + flat * (last - first) / total
@@ -154,13 +157,17 @@ def _range_amount(terms: dict[str, Any], first: Decimal, last: Decimal, total: D
 
 
 def segment_amounts(
-    segments: list[tuple[dict[str, Any], Decimal]], newest: dict[str, Any], currency: str
+    segments: list[tuple[dict[str, Any], Decimal]],
+    newest: dict[str, Any],
+    currency: str,
+    value: Decimal = ZERO,
 ) -> tuple[list[Decimal], Decimal | None]:
     """A dimension whose price changed within the period: each version's line from its terms and its
     segment's quantity, in time order, and the bound line's amount (None without one). The newest
     version's included quantity is consumed first by the earliest usage; tiers run on the period's
     cumulative billable quantity, each segment priced by its own version; the newest version's period
-    minimum or maximum bounds the total, as one more line."""
+    minimum or maximum bounds the total, as one more line. A percentage charge takes each segment's
+    billable share of the period's ``value``."""
     included = Decimal(str(newest.get("included_quantity") or 0))
     total = sum((quantity for _, quantity in segments), ZERO)
     billable_total = max(total - included, ZERO)
@@ -168,7 +175,9 @@ def segment_amounts(
     for terms, quantity in segments:
         first = max(used - included, ZERO)
         used += quantity
-        amount = _range_amount(terms, first, max(used - included, ZERO), billable_total)
+        last = max(used - included, ZERO)
+        share = value * (last - first) / total if total else ZERO
+        amount = _range_amount(terms, first, last, billable_total, share)
         rated += amount
         amounts.append(round_money(amount, currency))
     properties = newest["properties"]
