@@ -288,7 +288,7 @@ def _export_earlier_terms(invoice: Invoice) -> dict[str, Any]:
     )
     earlier = Invoice.objects.filter(contract_id=invoice.contract_id, number__in=numbers - {None})
     return {
-        other.number: {"prices": _export_prices(other), "catalogue": _export_catalogue(other)}
+        str(other.number): {"prices": _export_prices(other), "catalogue": _export_catalogue(other)}
         for other in earlier.order_by("period_start")
     }
 

@@ -141,10 +141,10 @@ def rate_versions(
     if not spans:
         return []
     dimension = versions[0].dimension
-    rated = version_quantities(versions, usage, start, end, additive)
-    if not rated.segmented:
-        return [rate_charge(spans[-1][0], rated.quantities[0], usage.values.get(dimension, ZERO), currency)]
-    quantities = list(rated.quantities)
+    priced = version_quantities(versions, usage, start, end, additive)
+    if not priced.segmented:
+        return [rate_charge(spans[-1][0], priced.quantities[0], usage.values.get(dimension, ZERO), currency)]
+    quantities = list(priced.quantities)
     newest = spans[-1][0]
     included = Decimal(newest.included_quantity)
     total = sum(quantities, ZERO)
