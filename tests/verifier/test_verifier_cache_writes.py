@@ -12,7 +12,7 @@ import pytest
 from tests.records.v2_example import CLAIMS, EXECUTOR_KEY, ROUTER_KEY, V1_PART
 from tests.verifier.test_verifier_routed import export_of, keys, v1_record, verdicts
 from treemeter_records import canonical_bytes, protocol, sign_record
-from treemeter_verify import check, verify_export
+from treemeter_verify import scan, verify_export
 from treemeter_verify.rating import DIMENSIONS
 from treemeter_verify.receipts import billed_dimensions
 from treemeter_verify.records import fields_of, match_record, parse_record
@@ -81,7 +81,7 @@ def _priced(records: list[dict[str, Any]], quantity: int, amount: str) -> tuple[
 
 @pytest.mark.parametrize("jobs", [1, 2])
 def test_an_invoice_line_on_cache_writes_is_re_rated(monkeypatch: pytest.MonkeyPatch, jobs: int) -> None:
-    monkeypatch.setattr(check, "LINES_PER_JOB", 1)
+    monkeypatch.setattr(scan, "LINES_PER_JOB", 1)
     # One v1 record alone (its run read whole on the fast path), then with a routed one (line by line).
     for records, total in (([written(v1_record(), 48)], 48), ([routed(32), written(v1_record(), 48)], 80)):
         manifest, lines = _priced(records, total, f"{total / 100:.2f}")

@@ -4,6 +4,7 @@ tampered lines and pins, each named with the line and by how much it differs."""
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from datetime import UTC, date, datetime
 from typing import Any
 
@@ -31,7 +32,7 @@ def _ns(day: int, hour: int = 0) -> int:
     return int(datetime(2026, 11, day, hour, tzinfo=UTC).timestamp()) * 10**9
 
 
-def _export(client: Client) -> tuple[dict[str, Any], list[bytes], SigningAgent]:
+def _export(client: Client) -> tuple[dict[str, Any], Sequence[bytes], SigningAgent]:
     import_model_prices(load_prices(SAMPLE), "CNY", date(2026, 11, 1))
     import_model_prices(load_prices(SAMPLE.replace("8e-06", "6e-06")), "CNY", date(2026, 11, 15))
     contract = ContractFactory.create()
@@ -54,7 +55,7 @@ def _export(client: Client) -> tuple[dict[str, Any], list[bytes], SigningAgent]:
     return manifest, lines, agent
 
 
-def _verdict(manifest: dict[str, Any], lines: list[bytes], agent: SigningAgent) -> tuple[bool, str]:
+def _verdict(manifest: dict[str, Any], lines: Sequence[bytes], agent: SigningAgent) -> tuple[bool, str]:
     report = verify_export(manifest, lines, pinned_keys(agent))
     [verdict] = [v for v in report.verdicts if v.check == CHECK]
     return verdict.ok, verdict.detail

@@ -4,6 +4,7 @@ export's pinned terms, and names the line that differs."""
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from datetime import UTC, datetime
 from decimal import Decimal
 from typing import Any
@@ -26,7 +27,7 @@ D = Decimal
 CHECK = "fees, true-up and discounts"
 
 
-def _export(client: Client, **fields: Any) -> tuple[dict[str, Any], list[bytes], Any]:
+def _export(client: Client, **fields: Any) -> tuple[dict[str, Any], Sequence[bytes], Any]:
     contract = ContractFactory.create(**fields)
     ContractPrice.objects.create(contract=contract, dimension="requests", unit_price=D("0.50"))
     Coupon.objects.create(contract=contract, code="WELCOME", percent_off=D("0.10"))
@@ -41,7 +42,7 @@ def _export(client: Client, **fields: Any) -> tuple[dict[str, Any], list[bytes],
     return manifest, lines, agent
 
 
-def _verdict(manifest: dict[str, Any], lines: list[bytes], agent: Any) -> tuple[bool, str]:
+def _verdict(manifest: dict[str, Any], lines: Sequence[bytes], agent: Any) -> tuple[bool, str]:
     [verdict] = [v for v in verify_export(manifest, lines, pinned_keys(agent)).verdicts if v.check == CHECK]
     return verdict.ok, verdict.detail
 

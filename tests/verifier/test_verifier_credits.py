@@ -5,6 +5,7 @@ line that differs and by how much. Real finalised invoices, exported through /v1
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from datetime import UTC, datetime
 from decimal import Decimal
 from typing import Any
@@ -35,18 +36,18 @@ def _ns(month: int, day: int) -> int:
     return int(datetime(2026, month, day, tzinfo=UTC).timestamp()) * 10**9
 
 
-def _export(contract: Contract, invoice_id: int) -> tuple[dict[str, Any], list[bytes]]:
+def _export(contract: Contract, invoice_id: int) -> tuple[dict[str, Any], Sequence[bytes]]:
     publish_checkpoint(Checkpoint.Reason.MANUAL)
     body = member_client(contract, "alice").get(f"/v1/ledger/invoices/{invoice_id}/export").content
     return read_export(body)
 
 
-def _verdicts(manifest: dict[str, Any], lines: list[bytes], agent: SigningAgent) -> dict[str, Any]:
+def _verdicts(manifest: dict[str, Any], lines: Sequence[bytes], agent: SigningAgent) -> dict[str, Any]:
     return {v.check: v for v in verify_export(manifest, lines, pinned_keys(agent)).verdicts}
 
 
 def _verdict(
-    manifest: dict[str, Any], lines: list[bytes], agent: SigningAgent, check: str
+    manifest: dict[str, Any], lines: Sequence[bytes], agent: SigningAgent, check: str
 ) -> tuple[bool, str]:
     verdict = _verdicts(manifest, lines, agent)[check]
     return verdict.ok, verdict.detail

@@ -6,6 +6,7 @@ named with the line and by how much it differs."""
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from datetime import UTC, datetime
 from decimal import Decimal
 from typing import Any
@@ -36,7 +37,7 @@ def _ns(day: int) -> int:
 
 def _export(
     client: Client, metrics: dict[str, str], prices: list[dict[str, Any]], records: list[dict[str, Any]]
-) -> tuple[dict[str, Any], list[bytes], SigningAgent]:
+) -> tuple[dict[str, Any], Sequence[bytes], SigningAgent]:
     """A finalised November invoice of a contract with these metrics and prices, over these records
     (field overrides; `id` orders their record ids), and its export."""
     contract = ContractFactory.create()
@@ -63,7 +64,7 @@ def _export(
 
 
 def _verdicts(
-    manifest: dict[str, Any], lines: list[bytes], agent: SigningAgent
+    manifest: dict[str, Any], lines: Sequence[bytes], agent: SigningAgent
 ) -> dict[str, tuple[bool, str]]:
     report = verify_export(manifest, lines, pinned_keys(agent))
     return {v.check: (v.ok, v.detail) for v in report.verdicts if v.check.startswith("line usage")}

@@ -21,7 +21,7 @@ from tests.verifier.test_verifier_routed import (
     verdicts,
 )
 from tests.verifier.test_verifier_superseded import RETRY_ID, RETRY_TOKENS_OUT, SUPERSEDED, retry, verify
-from treemeter_verify import check, verify_export
+from treemeter_verify import scan, verify_export
 
 QUEUED_US = 5_000  # 5 ms in the router's queue
 PASSES = (True, "1 routed records signed by their executors and pinned routers, as decided")
@@ -37,7 +37,7 @@ def queued(record: dict[str, Any], queued_us: Any = QUEUED_US, **claims: Any) ->
 def test_a_queued_record_that_starts_at_the_receipt_verifies(
     monkeypatch: pytest.MonkeyPatch, jobs: int
 ) -> None:
-    monkeypatch.setattr(check, "LINES_PER_JOB", 1)  # with jobs=2: one forked scanner per record
+    monkeypatch.setattr(scan, "LINES_PER_JOB", 1)  # with jobs=2: one forked scanner per record
     record = queued(v2_record())
     claims = record["decision"]["claims"]
     assert record["start_ns"] == claims["decided_ns"] - (claims["l1_in_us"] + claims["queued_us"]) * 1000

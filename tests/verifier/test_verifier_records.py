@@ -14,9 +14,9 @@ from tests.records.strategies import JSON_VALUES, records
 from treemeter_records import canonical_bytes as platform_canonical
 from treemeter_records import private_key_from_seed, public_key_bytes
 from treemeter_verify.canonical import canonical_bytes
-from treemeter_verify.check import ExportError, _runs
 from treemeter_verify.note import NoteError, open_checkpoint, parse_verifier_key
 from treemeter_verify.records import _RECORD, fields_of, parse_record
+from treemeter_verify.scan import RunsError, place_runs
 
 
 @settings(max_examples=300)
@@ -60,7 +60,7 @@ def test_checkpoint_notes_round_trip_and_refuse_other_keys() -> None:
 
 
 def test_runs_are_placed_on_the_record_lines_and_checked() -> None:
-    assert _runs([[3, 10, 0, 5], [1, None, None, None], [2, 20, 1, 0]], 6) == [
+    assert place_runs([[3, 10, 0, 5], [1, None, None, None], [2, 20, 1, 0]], 6) == [
         (0, 3, 10, 0, 5),
         (3, 1, None, None, None),
         (4, 2, 20, 1, 0),
@@ -71,5 +71,5 @@ def test_runs_are_placed_on_the_record_lines_and_checked() -> None:
         ([[1, 1, None, 0]], 1),
         ([[1, None, 0, 0]], 1),
     ):
-        with pytest.raises(ExportError):
-            _runs(runs, lines)
+        with pytest.raises(RunsError):
+            place_runs(runs, lines)

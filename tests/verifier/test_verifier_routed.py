@@ -24,7 +24,7 @@ from treemeter_records import (
     record_signing_bytes,
     sign_header,
 )
-from treemeter_verify import PinnedKeys, Report, check, cli, verify_export
+from treemeter_verify import PinnedKeys, Report, cli, scan, verify_export
 from treemeter_verify.check import FORMAT, read_export
 from treemeter_verify.keys import agent_key_id
 from treemeter_verify.merkle import root_of_leaves
@@ -134,7 +134,7 @@ def test_a_v2_line_takes_the_slow_path_and_reads_as_the_v1_record_it_extends() -
 
 @pytest.mark.parametrize("jobs", [1, 2])
 def test_an_export_with_a_routed_record_verifies(monkeypatch: pytest.MonkeyPatch, jobs: int) -> None:
-    monkeypatch.setattr(check, "LINES_PER_JOB", 1)  # with jobs=2: one forked scanner per record
+    monkeypatch.setattr(scan, "LINES_PER_JOB", 1)  # with jobs=2: one forked scanner per record
     manifest, lines = export_of([v2_record(), v1_record()])
     report = verify_export(manifest, lines, keys(), jobs=jobs)
     assert report.ok, report.verdicts
@@ -208,7 +208,8 @@ def test_the_console_script_reports_the_routing_check(
     manifest, lines = export_of([v2_record()])
     export, pinned = tmp_path / "export.ndjson", tmp_path / "keys.json"
     export.write_bytes(b"\n".join([json.dumps(manifest).encode(), *lines]) + b"\n")
-    assert read_export(export.read_bytes()) == (manifest, lines)
+    read_manifest, read_lines = read_export(export.read_bytes())
+    assert (read_manifest, list(read_lines)) == (manifest, lines)
     agents = [base64.b64encode(raw_public_key(k)).decode() for k in (EXECUTOR_KEY, ROUTER_KEY)]
     pinned.write_text(
         json.dumps({"platform": verifier_key(ORIGIN, raw_public_key(LOG_KEY)), "agents": agents})

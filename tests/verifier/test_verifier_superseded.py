@@ -21,7 +21,7 @@ from tests.verifier.test_verifier_routed import (
     v1_record,
     verdicts,
 )
-from treemeter_verify import Report, check, verify_export
+from treemeter_verify import Report, scan, verify_export
 
 RETRY_ID = "01936f4e-8a2b-7c3d-9e4f-5a6b7c8d9e11"
 SUPERSEDED = "superseded attempts"
@@ -55,7 +55,7 @@ def failed(report: Report) -> set[str]:
 @pytest.mark.parametrize("jobs", [1, 2])
 @pytest.mark.parametrize("first", ["v2", "v1"])
 def test_a_superseded_attempt_is_not_billed(monkeypatch: pytest.MonkeyPatch, first: str, jobs: int) -> None:
-    monkeypatch.setattr(check, "LINES_PER_JOB", 1)  # with jobs=2: the attempt and its retry in two scanners
+    monkeypatch.setattr(scan, "LINES_PER_JOB", 1)  # with jobs=2: the attempt and its retry in two scanners
     attempt = v2_record() if first == "v2" else {**v1_record(), "seq": 7}
     report = verify([attempt, retry([attempt["record_id"]])], billed=RETRY_TOKENS_OUT, jobs=jobs)
     assert report.ok, report.verdicts

@@ -12,7 +12,7 @@ import json
 import subprocess
 import sys
 import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -39,7 +39,7 @@ from tests.ledger.support import (
     send,
 )
 from treemeter_records import build_batch, private_key_from_seed
-from treemeter_verify import Report, check, verify_export
+from treemeter_verify import Report, scan, verify_export
 from treemeter_verify.check import read_export
 
 pytestmark = [pytest.mark.django_db, pytest.mark.usefixtures("clickhouse")]
@@ -55,12 +55,12 @@ class World:
     records: list[dict[str, Any]]
     invoice_id: int = 0
 
-    def export(self, *previous: int) -> tuple[dict[str, Any], list[bytes]]:
+    def export(self, *previous: int) -> tuple[dict[str, Any], Sequence[bytes]]:
         response = self.customer.get(f"/v1/ledger/invoices/{self.invoice_id}/export", {"previous": previous})
         assert response.status_code == 200, response.content
         return read_export(response.content)
 
-    def verify(self, manifest: dict[str, Any], lines: list[bytes], previous: str | None = None) -> Report:
+    def verify(self, manifest: dict[str, Any], lines: Sequence[bytes], previous: str | None = None) -> Report:
         return verify_export(manifest, lines, pinned_keys(self.agent), previous)
 
 
@@ -108,7 +108,8 @@ def test_whole_run_checks_per_line_checks_and_forked_scans_give_the_same_verdict
     client: Client, monkeypatch: pytest.MonkeyPatch, tampered: bool
 ) -> None:
     world = ingest_world(client)
-    manifest, lines = world.export()
+    manifest, exported = world.export()
+    lines = list(exported)
     if tampered:  # one record's tokens changed: its run fails as a whole and the per-line loop names it
         lines[4] = lines[4].replace(b'"tokens_in":1', b'"tokens_in":2', 1)
     keys = pinned_keys(world.agent)
@@ -117,9 +118,9 @@ def test_whole_run_checks_per_line_checks_and_forked_scans_give_the_same_verdict
         return [(v.check, v.ok, v.detail) for v in verify_export(manifest, lines, keys, jobs=jobs).verdicts]
 
     whole = verdicts()
-    monkeypatch.setattr(check, "LINES_PER_JOB", 1)
+    monkeypatch.setattr(scan, "LINES_PER_JOB", 1)
     assert verdicts(jobs=3) == whole
-    monkeypatch.setattr(check, "_scan_run", lambda *args: None)  # every run through the per-line loop
+    monkeypatch.setattr(scan, "_scan_run", lambda *args: None)  # every run through the per-line loop
     assert verdicts() == whole
     failed = {name for name, ok, _ in whole if not ok}
     assert failed == (

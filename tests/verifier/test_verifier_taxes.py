@@ -4,6 +4,7 @@ code, held to the platform's by a differential property."""
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from decimal import Decimal
 from typing import Any
 
@@ -32,7 +33,7 @@ TAXES = [
 ]
 
 
-def _export(client: Client, **contract_fields: Any) -> tuple[dict[str, Any], list[bytes], Any]:
+def _export(client: Client, **contract_fields: Any) -> tuple[dict[str, Any], Sequence[bytes], Any]:
     """Requests at 0.10 and input tokens at 0.0123 over 10 records (100 tokens in each), a 5.00 base fee."""
     contract = ContractFactory.create(base_fee=D("5.00"), **contract_fields)
     ContractPrice.objects.create(contract=contract, dimension="requests", unit_price=D("0.10"))

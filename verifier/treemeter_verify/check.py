@@ -5,14 +5,14 @@ from __future__ import annotations
 import base64
 import binascii
 import gzip
+import itertools
 import json
-import multiprocessing
+import operator
 import zlib
 from collections import defaultdict
 from collections.abc import Iterator, Sequence
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from decimal import Decimal, InvalidOperation
-from hashlib import sha256
 from typing import Any
 
 from cryptography.exceptions import InvalidSignature
@@ -35,8 +35,8 @@ from .merkle import ProofError, root_from_multi_inclusion, root_of_leaves, verif
 from .metrics import billable_records, metric_verdicts
 from .note import Checkpoint, NoteError, open_checkpoint
 from .rating import segment_amounts
-from .records import fields_of, load_record, match_record, record_fields, usage_of_columns
-from .routed import is_routed, routing_problem, superseded_ids
+from .records import fields_of, load_record
+from .scan import Batch, RecordLines, RunsError, Scan, Scope, place_runs, scan_all
 from .taxes import totals_problems
 
 FORMAT = "treemeter-invoice-export/1"
@@ -77,44 +77,37 @@ class Report:
             self.verdicts.append(Verdict(check, True, good))
 
 
-@dataclass
-class _Batch:
-    agent_id: str
-    first_seq: int
-    last_seq: int
-    count: int
-    leaves: list[bytes]
-    seqs: list[int] | None
-    valid: bool
-
-
 GZIP_MAGIC = b"\x1f\x8b"
 
 
-def read_export(body: bytes) -> tuple[dict[str, Any], list[bytes]]:
-    """Split an export body into its manifest and record lines; a gzip-compressed export (`compress=gzip`)
-    is decompressed in memory first."""
+def read_export(body: bytes) -> tuple[dict[str, Any], RecordLines]:
+    """Split an export body into its manifest and record lines (`RecordLines`: not split one by one
+    until a check needs it); a gzip-compressed export (`compress=gzip`) is decompressed in memory
+    first."""
     if body[:2] == GZIP_MAGIC:
         try:
             body = gzip.decompress(body)
         except (OSError, EOFError, zlib.error) as error:
             raise ExportError(f"the compressed export cannot be read: {error}") from None
-    lines = body.split(b"\n")
-    if lines and lines[-1] == b"":
-        lines.pop()
-    if not lines:
+    if not body:
         raise ExportError("the export is empty")
+    newline = body.find(b"\n")
+    first = body if newline < 0 else body[:newline]
     try:
-        manifest = json.loads(lines[0])
+        manifest = json.loads(first)
     except ValueError as error:
         raise ExportError(f"the manifest line is not JSON: {error}") from None
     if not isinstance(manifest, dict) or manifest.get("format") != FORMAT:
         raise ExportError(f"not a {FORMAT} export")
-    return manifest, lines[1:]
+    return manifest, RecordLines(body, len(body) if newline < 0 else newline + 1)
 
 
 def verify_export(
-    manifest: dict[str, Any], lines: list[bytes], keys: PinnedKeys, previous: str | None = None, jobs: int = 1
+    manifest: dict[str, Any],
+    lines: Sequence[bytes],
+    keys: PinnedKeys,
+    previous: str | None = None,
+    jobs: int = 1,
 ) -> Report:
     """Every check; ``jobs`` > 1 scans the records in that many forked processes (Linux)."""
     report = Report(records=len(lines))
@@ -127,7 +120,7 @@ def verify_export(
 
 def _verify(
     manifest: dict[str, Any],
-    lines: list[bytes],
+    lines: Sequence[bytes],
     keys: PinnedKeys,
     previous: str | None,
     report: Report,
@@ -138,8 +131,12 @@ def _verify(
     if previous is not None:
         _check_consistency(manifest, checkpoint, previous, keys, report)
     batches = _check_batches(manifest["batches"], keys, report)
-    scope = _Scope(lines, batches, invoice, keys.agents)
-    scans = _scan_all(scope, _runs(manifest["runs"], len(lines)), jobs)
+    scope = Scope(lines, batches, invoice, keys.agents)
+    try:
+        runs = place_runs(manifest["runs"], len(lines))
+    except RunsError as error:
+        raise ExportError(str(error)) from None
+    scans = scan_all(scope, runs, jobs)
     unsigned = [p for scan in scans for p in scan.unsigned]
     unlogged = [p for scan in scans for p in scan.unlogged]
     foreign = [p for scan in scans for p in scan.foreign]
@@ -149,9 +146,7 @@ def _verify(
     usage = [sum(column) for column in zip(*(scan.usage for scan in scans), strict=True)]
     superseded, unbilled = _superseded(scans, lines)
     usage = [total - left_out for total, left_out in zip(usage, unbilled, strict=True)]
-    included = [
-        (index, scan.leaves[32 * k : 32 * k + 32]) for scan in scans for k, index in enumerate(scan.indices)
-    ]
+    included = _included(scans)
     report.add("batch signatures", unsigned, f"{len(lines)} records in {len(batches)} agent-signed batches")
     report.add("records belong to the invoice", foreign, f"{len(lines)} records of {invoice['contract']}")
     misrouted = [p for scan in scans for p in scan.misrouted]
@@ -174,236 +169,7 @@ def _verify(
     _add(report, prepaid_credit_finding(invoice))
 
 
-# A run of record lines: (first line, count, first log index, batch slot, first line in the batch);
-# an unlogged run has None for the last three.
-Run = tuple[int, int, int | None, int | None, int | None]
-
-
-@dataclass
-class _Scope:
-    lines: list[bytes]
-    batches: list[_Batch]
-    invoice: dict[str, Any]
-    agents: dict[str, bytes]  # pinned agent (and router) keys by key id
-
-
-@dataclass
-class _Scan:
-    """What some runs of record lines yield: problems, ids, logged leaves, summed billable usage, how
-    many records are routed (format v2), the (tenant, contract, record id) that their decisions
-    supersede, and the lines that are not records (from the scan's first), which place the record ids
-    on their lines."""
-
-    unsigned: list[str] = field(default_factory=list)
-    unlogged: list[str] = field(default_factory=list)
-    foreign: list[str] = field(default_factory=list)
-    record_ids: list[bytes] = field(default_factory=list)
-    indices: list[int] = field(default_factory=list)
-    leaves: bytes = b""
-    usage: list[int] = field(default_factory=lambda: [0] * len(rating.DIMENSIONS))
-    routed: int = 0
-    misrouted: list[str] = field(default_factory=list)
-    supersedes: list[tuple[bytes, bytes, bytes]] = field(default_factory=list)
-    skipped: list[int] = field(default_factory=list)
-
-
-# What forked scanners read (inherited, never pickled): per share its joined lines and runs.
-_SHARES: list[tuple[bytes, list[Run], _Scope]] = []
-LINES_PER_JOB = 50_000  # fewer lines than this per process: forking costs more than it saves
-
-
-def _runs(runs: list[list[Any]], lines: int) -> list[Run]:
-    """The manifest's runs [count, first index, slot, first line], checked and placed on the record lines."""
-    out: list[Run] = []
-    offset = 0
-    for count, first, slot, position in runs:
-        if not isinstance(count, int) or count < 1:
-            raise ExportError("a run must count at least one line")
-        if first is None and slot is None and position is None:
-            out.append((offset, count, None, None, None))
-        elif all(isinstance(x, int) for x in (first, slot, position)):
-            out.append((offset, count, first, slot, position))
-        else:
-            raise ExportError("a logged run needs a log index, a batch slot and a line")
-        offset += count
-    if offset != lines:
-        raise ExportError(f"the runs cover {offset} lines, the export holds {lines}")
-    return out
-
-
-def _scan_all(scope: _Scope, runs: list[Run], jobs: int) -> list[_Scan]:
-    """Scan the runs, in ``jobs`` forked processes when there are enough lines (about equal shares).
-
-    Each process gets its share as one joined blob and splits it itself: touching the parent's line
-    objects would copy their pages into every child (copy-on-write of reference counts)."""
-    global _SHARES
-    n = len(scope.lines)
-    jobs = max(1, min(jobs, n // LINES_PER_JOB))
-    if jobs == 1 or "fork" not in multiprocessing.get_all_start_methods():
-        return [_scan(scope, runs)]
-    share, shares, current, size = -(-n // jobs), [], [], 0
-    for run in runs:
-        current.append(run)
-        size += run[1]
-        if size >= share:
-            shares.append(current)
-            current, size = [], 0
-    if current:
-        shares.append(current)
-    _SHARES = [
-        (b"\n".join(scope.lines[part[0][0] : part[-1][0] + part[-1][1]]), part, replace(scope, lines=[]))
-        for part in shares
-    ]
-    try:
-        with multiprocessing.get_context("fork").Pool(len(shares)) as pool:
-            return pool.map(_scan_forked, range(len(shares)))
-    finally:
-        _SHARES = []
-
-
-def _scan_forked(number: int) -> _Scan:
-    blob, part, scope = _SHARES[number]
-    base = part[0][0]
-    return _scan(replace(scope, lines=blob.split(b"\n")), [(o - base, c, i, s, p) for o, c, i, s, p in part])
-
-
-def _scan(scope: _Scope, runs: list[Run]) -> _Scan:
-    """Every check on every line of the runs. A run whose lines are all canonical records of one valid
-    batch is checked as a whole (C-level passes over its lines: one hash each, one regular-expression
-    match each, set/min/max over the columns); any doubt sends it through the per-line loop, which
-    names each failing record."""
-    out = _Scan()
-    leaves: list[bytes] = []
-    matched: list[tuple[bytes, ...]] = []  # m.groups() of billable canonical records of checked lines
-    parsed: list[tuple[int, ...]] = []  # billable usage of whole runs, and of records read by JSON
-    invoice = scope.invoice
-    tenant, contract = invoice["tenant"].encode(), invoice["contract"].encode()
-    bounds = (tenant, contract, invoice["period_start_ns"], invoice["period_end_ns"])
-    for run in runs:
-        offset, count, first, slot, position = run
-        lines = scope.lines[offset : offset + count]
-        batch = scope.batches[slot] if slot is not None and 0 <= slot < len(scope.batches) else None
-        whole = _scan_run(lines, first, position, batch, bounds) if first is not None and batch else None
-        if whole is None or first is None:
-            _scan_lines(lines, run, scope, bounds, out, leaves, matched, parsed)
-            continue
-        record_ids, run_leaves, usage = whole
-        out.record_ids += record_ids
-        out.indices += range(first, first + count)
-        leaves.append(run_leaves)
-        parsed.append(usage)
-    out.leaves = b"".join(leaves)
-    matched_usage = usage_of_columns(list(zip(*matched, strict=True)))
-    out.usage = [sum(column) for column in zip(matched_usage, *parsed, strict=True)]
-    return out
-
-
-def _scan_run(
-    lines: list[bytes], first: int | None, position: int | None, batch: _Batch, bounds: tuple[Any, ...]
-) -> tuple[tuple[bytes, ...], bytes, tuple[int, ...]] | None:
-    """A run's record ids, joined leaf hashes and billable usage when every line passes every check."""
-    count = len(lines)
-    if not batch.valid or position is None or not 0 <= position <= len(batch.leaves) - count:
-        return None
-    matches = [match_record(line) for line in lines]
-    if None in matches:
-        return None
-    groups = [m.groups() for m in matches]  # type: ignore[union-attr]
-    columns = list(zip(*groups, strict=True))
-    agents, contracts, *_, record_ids, seqs, starts, statuses, tenants, _, _ = columns
-    tenant, contract, start, end = bounds
-    seq_ints, start_ints = list(map(int, seqs)), list(map(int, starts))
-    hash_of = sha256
-    run_leaves = b"".join([hash_of(b"\x00" + line).digest() for line in lines])
-    if (
-        set(agents) != {batch.agent_id.encode()}
-        or set(tenants) != {tenant}
-        or set(contracts) != {contract}
-        or min(seq_ints) < batch.first_seq
-        or max(seq_ints) > batch.last_seq
-        or min(start_ints) < start
-        or max(start_ints) >= end
-        or run_leaves != b"".join(batch.leaves[position : position + count])
-    ):
-        return None
-    billable = None if set(statuses) == {b"ok"} else [status == b"ok" for status in statuses]
-    return record_ids, run_leaves, tuple(usage_of_columns(columns, billable))
-
-
-def _scan_lines(
-    lines: list[bytes],
-    run: Run,
-    scope: _Scope,
-    bounds: tuple[Any, ...],
-    out: _Scan,
-    leaves: list[bytes],
-    matched: list[tuple[bytes, ...]],
-    parsed: list[tuple[int, ...]],
-) -> None:
-    """The per-line checks of one run, naming every record that fails one."""
-    offset, _, first, slot, position = run
-    tenant, contract, start, end = bounds
-    batches = scope.batches
-    batch = batches[slot] if slot is not None and 0 <= slot < len(batches) else None
-    for k, line in enumerate(lines):
-        leaf = sha256(b"\x00" + line).digest()
-        m = match_record(line)
-        if m is not None:
-            groups = m.groups()
-            agent_id, record_contract, *_, record_id, seq_text, start_text, status, record_tenant, _, _ = (
-                groups
-            )
-            seq, start_ns = int(seq_text), int(start_text)
-            if status == b"ok":
-                matched.append(groups)
-        else:
-            record = load_record(line)
-            fields = record_fields(record)
-            if fields is None:
-                out.foreign.append(f"line {offset + k + 1} is not a record")
-                out.skipped.append(offset + k)
-                continue
-            record_id, agent_id, seq, record_tenant, record_contract, start_ns, status, usage = fields
-            if status == b"ok":
-                parsed.append(usage)
-            if is_routed(record):
-                _scan_routed(record, (record_tenant, record_contract, record_id), scope.agents, out)
-        out.record_ids.append(record_id)
-        line_in_batch = None if position is None else position + k
-        if (
-            batch is None
-            or line_in_batch is None
-            or not batch.valid
-            or not 0 <= line_in_batch < len(batch.leaves)
-            or batch.leaves[line_in_batch] != leaf
-            or agent_id != batch.agent_id.encode()
-            or not batch.first_seq <= seq <= batch.last_seq
-        ):
-            out.unsigned.append(f"{record_id.decode()} is not covered by a valid agent batch signature")
-        if first is None:
-            out.unlogged.append(f"{record_id.decode()} is not in the log")
-        else:
-            out.indices.append(first + k)
-            leaves.append(leaf)
-        if record_tenant != tenant or record_contract != contract or not start <= start_ns < end:
-            out.foreign.append(f"{record_id.decode()} does not belong to this invoice")
-
-
-def _scan_routed(
-    record: dict[str, Any], owner: tuple[bytes, bytes, bytes], agents: dict[str, bytes], out: _Scan
-) -> None:
-    """The routing check of one routed record (tenant, contract, record id: ``owner``); only a decision
-    that passes it supersedes records."""
-    tenant, contract, record_id = owner
-    out.routed += 1
-    problem = routing_problem(record, agents)
-    if problem is not None:
-        out.misrouted.append(f"{record_id.decode()}: {problem}")
-        return
-    out.supersedes += [(tenant, contract, r.encode()) for r in superseded_ids(record)]
-
-
-def _superseded(scans: list[_Scan], lines: list[bytes]) -> tuple[int, list[int]]:
+def _superseded(scans: list[Scan], lines: Sequence[bytes]) -> tuple[int, list[int]]:
     """How many records of the export a retry of their tenant and contract superseded, and the usage of
     those the scans counted as billable (status ok), which is not billed. Without any supersedes claim
     (the common case) no line is read again."""
@@ -422,7 +188,7 @@ def _superseded(scans: list[_Scan], lines: list[bytes]) -> tuple[int, list[int]]
     return count, unbilled
 
 
-def _lines_of(scans: list[_Scan], lines: list[bytes], record_ids: set[bytes]) -> Iterator[bytes]:
+def _lines_of(scans: list[Scan], lines: Sequence[bytes], record_ids: set[bytes]) -> Iterator[bytes]:
     """The lines of the records with these ids. Scans cover consecutive lines, in order; within one, the
     i-th record id is on the i-th line that is not skipped."""
     if not record_ids:
@@ -517,15 +283,15 @@ def _hashes(items: Sequence[str]) -> list[bytes]:
     return out
 
 
-def _check_batches(items: list[dict[str, Any]], keys: PinnedKeys, report: Report) -> list[_Batch]:
-    out: list[_Batch] = []
+def _check_batches(items: list[dict[str, Any]], keys: PinnedKeys, report: Report) -> list[Batch]:
+    out: list[Batch] = []
     problems: list[str] = []
     for item in items:
         header_text: str = item["header"]
         header = json.loads(header_text)
         blob = base64.b64decode(item["leaf_hashes"], validate=True)
         leaves = [blob[i : i + 32] for i in range(0, len(blob), 32)]
-        batch = _Batch(
+        batch = Batch(
             header["agent_id"],
             header["first_seq"],
             header["last_seq"],
@@ -562,8 +328,19 @@ def _signed(public_key: bytes, signature_b64: str, header: bytes) -> bool:
     return True
 
 
+def _included(scans: list[Scan]) -> tuple[list[int], list[bytes]]:
+    """The log indices of the logged records and their leaf hashes, by index."""
+    indices = [i for scan in scans for first, count in scan.indices for i in range(first, first + count)]
+    blob = b"".join(scan.leaves for scan in scans)
+    leaves = [blob[k : k + 32] for k in range(0, len(blob), 32)]
+    if any(map(operator.ge, indices, itertools.islice(indices, 1, None))):  # not the export's order
+        pairs = sorted(zip(indices, leaves, strict=True))
+        indices, leaves = [i for i, _ in pairs], [h for _, h in pairs]
+    return indices, leaves
+
+
 def _check_inclusion(
-    included: list[tuple[int, bytes]],
+    included: tuple[list[int], list[bytes]],
     checkpoint: Checkpoint | None,
     manifest: dict[str, Any],
     unlogged: list[str],
@@ -574,11 +351,9 @@ def _check_inclusion(
     if checkpoint is None:
         problems.append("no valid checkpoint to check inclusion against")
     else:
-        included.sort()
         try:
             root = root_from_multi_inclusion(
-                [i for i, _ in included],
-                [h for _, h in included],
+                *included,
                 checkpoint.size,
                 _hashes(manifest["bundle"]["hashes"]),
             )
@@ -586,10 +361,10 @@ def _check_inclusion(
                 problems.append("the records and bundle do not lead to the checkpoint's root")
         except ProofError as error:
             problems.append(str(error))
-    report.add("inclusion in checkpoint", problems, f"{len(included)} records proven in the signed log")
+    report.add("inclusion in checkpoint", problems, f"{len(included[0])} records proven in the signed log")
 
 
-def _check_completeness(batches: list[_Batch], reported: dict[str, list[list[int]]], report: Report) -> None:
+def _check_completeness(batches: list[Batch], reported: dict[str, list[list[int]]], report: Report) -> None:
     covered: dict[str, list[tuple[int, int]]] = defaultdict(list)
     for batch in batches:
         if batch.count == batch.last_seq - batch.first_seq + 1:
@@ -609,7 +384,7 @@ def _check_completeness(batches: list[_Batch], reported: dict[str, list[list[int
     report.add("sequence completeness", problems, f"no gaps in {len(covered)} agents' sequences")
 
 
-def _superseded_ids(invoice: dict[str, Any], scans: list[_Scan]) -> set[str]:
+def _superseded_ids(invoice: dict[str, Any], scans: list[Scan]) -> set[str]:
     """The record ids of the invoice's contract that a retry's verified decision superseded."""
     owner = (invoice["tenant"].encode(), invoice["contract"].encode())
     return {
@@ -631,7 +406,7 @@ def _rates_records(invoice: dict[str, Any]) -> bool:
     return invoice.get("catalogue") is not None or _has_metric_lines(invoice)
 
 
-def _billable(invoice: dict[str, Any], lines: list[bytes], superseded: set[str]) -> list[dict[str, Any]]:
+def _billable(invoice: dict[str, Any], lines: Sequence[bytes], superseded: set[str]) -> list[dict[str, Any]]:
     """The records the platform rates (``metrics.billable_records``), parsed from the lines."""
     return billable_records(
         map(load_record, lines),
@@ -679,8 +454,8 @@ def _add(report: Report, finding: Finding) -> None:
 def _check_outcomes(
     invoice: dict[str, Any],
     prices: dict[str, Any],
-    scans: list[_Scan],
-    lines: list[bytes],
+    scans: list[Scan],
+    lines: Sequence[bytes],
     superseded: set[str],
     report: Report,
 ) -> None:
