@@ -103,29 +103,43 @@ def test_an_untampered_invoice_verifies_line_by_line(client: Client) -> None:
     assert verdicts["sequence completeness"] == "no gaps in 1 agents' sequences"
 
 
-@pytest.mark.parametrize("tampered", [False, True])
+@pytest.mark.parametrize(
+    ("tampered", "failed"),
+    [
+        (None, set()),
+        # one record's tokens changed: its run fails as a whole and the per-line loop names it
+        ("record", {"batch signatures", "inclusion in checkpoint", "line usage tokens_in"}),
+        # one leaf hash of a signed batch changed: the batch's root fails, so do its records' signatures
+        ("leaf hash", {"agent batch headers", "batch signatures"}),
+    ],
+)
 def test_whole_run_checks_per_line_checks_and_forked_scans_give_the_same_verdicts(
-    client: Client, monkeypatch: pytest.MonkeyPatch, tampered: bool
+    client: Client, monkeypatch: pytest.MonkeyPatch, tampered: str | None, failed: set[str]
 ) -> None:
     world = ingest_world(client)
     manifest, exported = world.export()
     lines = list(exported)
-    if tampered:  # one record's tokens changed: its run fails as a whole and the per-line loop names it
+    if tampered == "record":
         lines[4] = lines[4].replace(b'"tokens_in":1', b'"tokens_in":2', 1)
+    if tampered == "leaf hash":
+        batch = manifest["batches"][1]
+        blob = bytearray(base64.b64decode(batch["leaf_hashes"]))
+        blob[40] ^= 1
+        batch["leaf_hashes"] = base64.b64encode(bytes(blob)).decode()
     keys = pinned_keys(world.agent)
 
     def verdicts(jobs: int = 1) -> list[tuple[str, bool, str]]:
         return [(v.check, v.ok, v.detail) for v in verify_export(manifest, lines, keys, jobs=jobs).verdicts]
 
     whole = verdicts()
-    monkeypatch.setattr(scan, "LINES_PER_JOB", 1)
+    monkeypatch.setattr(scan, "LINES_PER_JOB", 1)  # forked root checks and scans, up to 3 processes
     assert verdicts(jobs=3) == whole
     monkeypatch.setattr(scan, "_scan_run", lambda *args: None)  # every run through the per-line loop
     assert verdicts() == whole
-    failed = {name for name, ok, _ in whole if not ok}
-    assert failed == (
-        {"batch signatures", "inclusion in checkpoint", "line usage tokens_in"} if tampered else set()
-    )
+    assert {name for name, ok, _ in whole if not ok} == failed
+    if tampered == "leaf hash":
+        headers = next(detail for name, _, detail in whole if name == "agent batch headers")
+        assert headers.endswith(":5-8: records do not hash to the signed merkle root")
     assert (
         len(whole) == 16
     )  # …, the lines, the catalogue's (skipped), the fees, true-up and discounts, the totals, the credits

@@ -36,7 +36,7 @@ from .metrics import billable_records, metric_verdicts
 from .note import Checkpoint, NoteError, open_checkpoint
 from .rating import segment_amounts
 from .records import fields_of, load_record
-from .scan import Batch, RecordLines, RunsError, Scan, Scope, place_runs, scan_all
+from .scan import LEAF, Batch, RecordLines, Run, RunsError, Scan, Scope, place_runs, scan_all
 from .taxes import totals_problems
 
 FORMAT = "treemeter-invoice-export/1"
@@ -130,13 +130,23 @@ def _verify(
     checkpoint = _check_checkpoint(manifest, keys, report)
     if previous is not None:
         _check_consistency(manifest, checkpoint, previous, keys, report)
-    batches = _check_batches(manifest["batches"], keys, report)
-    scope = Scope(lines, batches, invoice, keys.agents)
+    items = manifest["batches"]
+    batches = [_read_batch(item) for item in items]
     try:
         runs = place_runs(manifest["runs"], len(lines))
     except RunsError as error:
         raise ExportError(str(error)) from None
-    scans = scan_all(scope, runs, jobs)
+    scope = Scope(lines, batches, invoice, keys.agents)
+    proof = Proof(checkpoint, manifest["bundle"]["hashes"])
+    scans, batch_problems, (proven, inclusion) = _scan_checked(scope, runs, items, keys, proof, jobs)
+    report.add(
+        "agent batch headers",
+        [
+            f"batch {batches[s].agent_id}:{batches[s].first_seq}-{batches[s].last_seq}: {batch_problems[s]}"
+            for s in sorted(batch_problems)
+        ],
+        f"{len(batches)} batch headers signed by pinned agent keys",
+    )
     unsigned = [p for scan in scans for p in scan.unsigned]
     unlogged = [p for scan in scans for p in scan.unlogged]
     foreign = [p for scan in scans for p in scan.foreign]
@@ -146,13 +156,12 @@ def _verify(
     usage = [sum(column) for column in zip(*(scan.usage for scan in scans), strict=True)]
     superseded, unbilled = _superseded(scans, lines)
     usage = [total - left_out for total, left_out in zip(usage, unbilled, strict=True)]
-    included = _included(scans)
     report.add("batch signatures", unsigned, f"{len(lines)} records in {len(batches)} agent-signed batches")
     report.add("records belong to the invoice", foreign, f"{len(lines)} records of {invoice['contract']}")
     misrouted = [p for scan in scans for p in scan.misrouted]
     _check_routing(sum(scan.routed for scan in scans), misrouted, report)
     _check_superseded(superseded, report)
-    _check_inclusion(included, checkpoint, manifest, unlogged, report)
+    _check_inclusion(proven, inclusion, manifest, unlogged, report)
     _check_completeness(batches, manifest.get("reported_gaps", {}), report)
     _check_lines(invoice, manifest["prices"], usage, len(lines), report)
     retried = _superseded_ids(invoice, scans)
@@ -283,39 +292,73 @@ def _hashes(items: Sequence[str]) -> list[bytes]:
     return out
 
 
-def _check_batches(items: list[dict[str, Any]], keys: PinnedKeys, report: Report) -> list[Batch]:
-    out: list[Batch] = []
-    problems: list[str] = []
-    for item in items:
-        header_text: str = item["header"]
-        header = json.loads(header_text)
-        blob = base64.b64decode(item["leaf_hashes"], validate=True)
-        leaves = [blob[i : i + 32] for i in range(0, len(blob), 32)]
-        batch = Batch(
-            header["agent_id"],
-            header["first_seq"],
-            header["last_seq"],
-            header["count"],
-            leaves,
-            item["seqs"],
-            False,
-        )
-        out.append(batch)
-        where = f"batch {batch.agent_id}:{batch.first_seq}-{batch.last_seq}"
-        raw_header = header_text.encode()
+@dataclass(frozen=True)
+class Proof:
+    """What the records' inclusion is checked against: the signed checkpoint (None: none verified) and
+    the bundle's hashes of the log's other subtrees."""
+
+    checkpoint: Checkpoint | None
+    bundle: list[str]
+
+
+def _scan_checked(
+    scope: Scope, runs: list[Run], items: list[dict[str, Any]], keys: PinnedKeys, proof: Proof, jobs: int
+) -> tuple[list[Scan], dict[int, str], tuple[int, str | None]]:
+    """Scan the records while this process checks the batches and the inclusion of the leaf hashes the
+    runs claim; scan again if a batch turns out invalid (the scan takes every batch for valid). The
+    scans, the batch problems by slot, and how many records the inclusion check proves with its problem
+    (None: none). The claimed leaves stand for the records' when every logged run passed as a whole."""
+    batches = scope.batches
+
+    def meanwhile() -> tuple[dict[int, str], Included | None, str | None]:
+        claimed = _claimed(runs, batches)
+        problem = _inclusion_problem(claimed, proof) if claimed is not None else None
+        return _batch_problems(items, batches, keys), claimed, problem
+
+    scans, (problems, claimed, claimed_problem) = scan_all(scope, runs, jobs, meanwhile)
+    if problems:
+        for slot in problems:
+            batches[slot].valid = False
+        scans, _ = scan_all(scope, runs, jobs, lambda: None)
+    if claimed is not None and all(scan.exact for scan in scans):
+        return scans, problems, (len(claimed[0]), claimed_problem)
+    included = _included(scans)
+    return scans, problems, (len(included[0]), _inclusion_problem(included, proof))
+
+
+def _read_batch(item: dict[str, Any]) -> Batch:
+    header = json.loads(item["header"])
+    return Batch(
+        header["agent_id"],
+        header["first_seq"],
+        header["last_seq"],
+        header["count"],
+        base64.b64decode(item["leaf_hashes"], validate=True),
+        item["seqs"],
+        str(header["merkle_root"]),
+    )
+
+
+def _batch_problems(items: list[dict[str, Any]], batches: list[Batch], keys: PinnedKeys) -> dict[int, str]:
+    """Why a batch is not valid, by slot: its header is not canonical or not signed by a pinned key,
+    or its leaf hashes are not as many as it counts or do not hash to its merkle root."""
+    problems: dict[int, str] = {}
+    for slot, (item, batch) in enumerate(zip(items, batches, strict=True)):
+        raw_header = item["header"].encode()
+        header = json.loads(raw_header)
         public_key = keys.agents.get(header["key_id"])
         if canonical_bytes(header) != raw_header:
-            problems.append(f"{where}: header is not canonical")
+            problems[slot] = "header is not canonical"
         elif public_key is None:
-            problems.append(f"{where}: key {header['key_id']} is not pinned")
+            problems[slot] = f"key {header['key_id']} is not pinned"
         elif not _signed(public_key, item["signature"], raw_header):
-            problems.append(f"{where}: agent signature does not verify")
-        elif len(leaves) != batch.count or root_of_leaves(leaves).hex() != header["merkle_root"]:
-            problems.append(f"{where}: records do not hash to the signed merkle root")
-        else:
-            batch.valid = True
-    report.add("agent batch headers", problems, f"{len(out)} batch headers signed by pinned agent keys")
-    return out
+            problems[slot] = "agent signature does not verify"
+        elif (
+            len(batch.leaf_hashes) != LEAF * batch.count
+            or root_of_leaves(batch.leaves()).hex() != batch.merkle_root
+        ):
+            problems[slot] = "records do not hash to the signed merkle root"
+    return problems
 
 
 def _signed(public_key: bytes, signature_b64: str, header: bytes) -> bool:
@@ -328,40 +371,64 @@ def _signed(public_key: bytes, signature_b64: str, header: bytes) -> bool:
     return True
 
 
-def _included(scans: list[Scan]) -> tuple[list[int], list[bytes]]:
+Included = tuple[list[int], list[bytes]]  # log indices, ascending, and the leaf hashes at them
+
+
+def _included(scans: list[Scan]) -> Included:
     """The log indices of the logged records and their leaf hashes, by index."""
     indices = [i for scan in scans for first, count in scan.indices for i in range(first, first + count)]
     blob = b"".join(scan.leaves for scan in scans)
-    leaves = [blob[k : k + 32] for k in range(0, len(blob), 32)]
+    return _by_index(indices, [blob[k : k + 32] for k in range(0, len(blob), 32)])
+
+
+def _claimed(runs: list[Run], batches: list[Batch]) -> Included | None:
+    """What `_included` finds when every logged line hashes to the leaf of its batch that its run names:
+    the inclusion proof to check while the lines are scanned. None when a run names no such leaves."""
+    indices: list[int] = []
+    leaves: list[bytes] = []
+    for _, count, first, slot, position in runs:
+        if first is None:
+            continue
+        if slot is None or position is None or not 0 <= slot < len(batches):
+            return None
+        if not 0 <= position <= batches[slot].size - count:
+            return None
+        indices += range(first, first + count)
+        leaves += batches[slot].leaves(position, position + count)
+    return _by_index(indices, leaves)
+
+
+def _by_index(indices: list[int], leaves: list[bytes]) -> Included:
     if any(map(operator.ge, indices, itertools.islice(indices, 1, None))):  # not the export's order
         pairs = sorted(zip(indices, leaves, strict=True))
         indices, leaves = [i for i, _ in pairs], [h for _, h in pairs]
     return indices, leaves
 
 
+def _inclusion_problem(included: Included, proof: Proof) -> str | None:
+    """Why the leaves at their indices and the bundle's hashes do not lead to the checkpoint's root, or
+    None."""
+    if proof.checkpoint is None:
+        return "no valid checkpoint to check inclusion against"
+    try:
+        root = root_from_multi_inclusion(*included, proof.checkpoint.size, _hashes(proof.bundle))
+    except ProofError as error:
+        return str(error)
+    return (
+        None
+        if root == proof.checkpoint.root_hash
+        else "the records and bundle do not lead to the checkpoint's root"
+    )
+
+
 def _check_inclusion(
-    included: tuple[list[int], list[bytes]],
-    checkpoint: Checkpoint | None,
-    manifest: dict[str, Any],
-    unlogged: list[str],
-    report: Report,
+    count: int, problem: str | None, manifest: dict[str, Any], unlogged: list[str], report: Report
 ) -> None:
     problems = list(unlogged)
     problems += [f"logged record {r} is missing from the export" for r in manifest.get("missing_records", [])]
-    if checkpoint is None:
-        problems.append("no valid checkpoint to check inclusion against")
-    else:
-        try:
-            root = root_from_multi_inclusion(
-                *included,
-                checkpoint.size,
-                _hashes(manifest["bundle"]["hashes"]),
-            )
-            if root != checkpoint.root_hash:
-                problems.append("the records and bundle do not lead to the checkpoint's root")
-        except ProofError as error:
-            problems.append(str(error))
-    report.add("inclusion in checkpoint", problems, f"{len(included[0])} records proven in the signed log")
+    if problem is not None:
+        problems.append(problem)
+    report.add("inclusion in checkpoint", problems, f"{count} records proven in the signed log")
 
 
 def _check_completeness(batches: list[Batch], reported: dict[str, list[list[int]]], report: Report) -> None:

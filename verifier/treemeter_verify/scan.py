@@ -10,10 +10,10 @@ from __future__ import annotations
 
 import itertools
 import multiprocessing
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field, replace
 from hashlib import sha256
-from typing import Any, overload
+from typing import Any, TypeVar, overload
 
 from . import rating
 from .records import load_record, match_record, record_fields, usage_of_columns
@@ -22,13 +22,30 @@ from .routed import is_routed, routing_problem, superseded_ids
 
 @dataclass
 class Batch:
+    """An agent-signed batch as the export states it: valid until a check of its header, signature or
+    merkle root fails."""
+
     agent_id: str
     first_seq: int
     last_seq: int
     count: int
-    leaves: list[bytes]
+    leaf_hashes: bytes  # 32 bytes per record, in batch order
     seqs: list[int] | None
-    valid: bool
+    merkle_root: str  # signed, hex: what the leaves must hash to
+    valid: bool = True
+
+    @property
+    def size(self) -> int:
+        """How many whole leaf hashes it holds."""
+        return len(self.leaf_hashes) // LEAF
+
+    def leaves(self, start: int = 0, end: int | None = None) -> list[bytes]:
+        end = self.size if end is None else end
+        blob = self.leaf_hashes
+        return [blob[k : k + LEAF] for k in range(start * LEAF, end * LEAF, LEAF)]
+
+
+LEAF = 32  # bytes of a leaf hash
 
 
 class RecordLines(Sequence[bytes]):
@@ -68,6 +85,8 @@ class RecordLines(Sequence[bytes]):
         return iter(self.split())
 
 
+T = TypeVar("T")
+
 # A run of record lines: (first line, count, first log index, batch slot, first line in the batch);
 # an unlogged run has None for the last three.
 Run = tuple[int, int, int | None, int | None, int | None]
@@ -85,8 +104,9 @@ class Scope:
 class Scan:
     """What some runs of record lines yield: problems, ids, logged leaves with their log indices as
     (first, count) ranges, summed billable usage, how many records are routed (format v2), the (tenant,
-    contract, record id) that their decisions supersede, and the lines that are not records (from the
-    scan's first), which place the record ids on their lines."""
+    contract, record id) that their decisions supersede, the lines that are not records (from the
+    scan's first), which place the record ids on their lines, and whether every logged run passed as a
+    whole (`exact`: its leaves are its batch's)."""
 
     unsigned: list[str] = field(default_factory=list)
     unlogged: list[str] = field(default_factory=list)
@@ -99,6 +119,7 @@ class Scan:
     misrouted: list[str] = field(default_factory=list)
     supersedes: list[tuple[bytes, bytes, bytes]] = field(default_factory=list)
     skipped: list[int] = field(default_factory=list)
+    exact: bool = True
 
 
 class RunsError(ValueError):
@@ -131,18 +152,20 @@ _SCOPE: Scope | None = None
 LINES_PER_JOB = 50_000  # fewer lines than this per process: forking costs more than it saves
 
 
-def scan_all(scope: Scope, runs: list[Run], jobs: int) -> list[Scan]:
-    """Scan the runs, in ``jobs`` forked processes when there are enough lines (about equal bytes)."""
+def scan_all(scope: Scope, runs: list[Run], jobs: int, meanwhile: Callable[[], T]) -> tuple[list[Scan], T]:
+    """Scan the runs, in ``jobs`` forked processes when there are enough lines (about equal bytes), and
+    what ``meanwhile`` returns, called in this process while they scan."""
     global _SHARES, _SCOPE
-    n = len(scope.lines)
-    jobs = max(1, min(jobs, n // LINES_PER_JOB))
+    jobs = max(1, min(jobs, len(scope.lines) // LINES_PER_JOB))
     if jobs == 1 or "fork" not in multiprocessing.get_all_start_methods():
-        return [scan(scope, runs)]
+        return [scan(scope, runs)], meanwhile()
     lines = RecordLines.of(scope.lines)
     _SCOPE, _SHARES = replace(scope, lines=lines), _shares(lines, runs, jobs)
     try:
         with multiprocessing.get_context("fork").Pool(len(_SHARES)) as pool:
-            return pool.map(_scan_forked, range(len(_SHARES)))
+            scanning = pool.map_async(_scan_forked, range(len(_SHARES)))
+            other = meanwhile()
+            return scanning.get(), other
     finally:
         _SHARES, _SCOPE = [], None
 
@@ -207,6 +230,7 @@ def scan(scope: Scope, runs: list[Run]) -> Scan:
         batch = scope.batches[slot] if slot is not None and 0 <= slot < len(scope.batches) else None
         whole = _scan_run(lines, first, position, batch, bounds) if first is not None and batch else None
         if whole is None or first is None:
+            out.exact = out.exact and first is None
             _scan_lines(lines, run, scope, bounds, out, leaves, matched, parsed)
             continue
         record_ids, run_leaves, usage = whole
@@ -225,7 +249,7 @@ def _scan_run(
 ) -> tuple[tuple[bytes, ...], bytes, tuple[int, ...]] | None:
     """A run's record ids, joined leaf hashes and billable usage when every line passes every check."""
     count = len(lines)
-    if not batch.valid or position is None or not 0 <= position <= len(batch.leaves) - count:
+    if not batch.valid or position is None or not 0 <= position <= batch.size - count:
         return None
     matches = [match_record(line) for line in lines]
     if None in matches:
@@ -245,7 +269,7 @@ def _scan_run(
         or max(seq_ints) > batch.last_seq
         or min(start_ints) < start
         or max(start_ints) >= end
-        or run_leaves != b"".join(batch.leaves[position : position + count])
+        or run_leaves != batch.leaf_hashes[position * LEAF : (position + count) * LEAF]
     ):
         return None
     billable = None if set(statuses) == {b"ok"} else [status == b"ok" for status in statuses]
@@ -296,8 +320,8 @@ def _scan_lines(
             batch is None
             or line_in_batch is None
             or not batch.valid
-            or not 0 <= line_in_batch < len(batch.leaves)
-            or batch.leaves[line_in_batch] != leaf
+            or not 0 <= line_in_batch < batch.size
+            or batch.leaf_hashes[line_in_batch * LEAF : (line_in_batch + 1) * LEAF] != leaf
             or agent_id != batch.agent_id.encode()
             or not batch.first_seq <= seq <= batch.last_seq
         ):
