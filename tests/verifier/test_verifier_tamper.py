@@ -111,6 +111,8 @@ def test_an_untampered_invoice_verifies_line_by_line(client: Client) -> None:
         ("record", {"batch signatures", "inclusion in checkpoint", "line usage tokens_in"}),
         # one leaf hash of a signed batch changed: the batch's root fails, so do its records' signatures
         ("leaf hash", {"agent batch headers", "batch signatures"}),
+        # one batch's signature changed: the batch is invalid, so are its records' signatures
+        ("signature", {"agent batch headers", "batch signatures"}),
     ],
 )
 def test_whole_run_checks_per_line_checks_and_forked_scans_give_the_same_verdicts(
@@ -126,6 +128,10 @@ def test_whole_run_checks_per_line_checks_and_forked_scans_give_the_same_verdict
         blob = bytearray(base64.b64decode(batch["leaf_hashes"]))
         blob[40] ^= 1
         batch["leaf_hashes"] = base64.b64encode(bytes(blob)).decode()
+    if tampered == "signature":
+        signature = bytearray(base64.b64decode(manifest["batches"][1]["signature"]))
+        signature[0] ^= 1
+        manifest["batches"][1]["signature"] = base64.b64encode(bytes(signature)).decode()
     keys = pinned_keys(world.agent)
 
     def verdicts(jobs: int = 1) -> list[tuple[str, bool, str]]:
@@ -137,9 +143,14 @@ def test_whole_run_checks_per_line_checks_and_forked_scans_give_the_same_verdict
     monkeypatch.setattr(scan, "_scan_run", lambda *args: None)  # every run through the per-line loop
     assert verdicts() == whole
     assert {name for name, ok, _ in whole if not ok} == failed
+    headers = next(detail for name, _, detail in whole if name == "agent batch headers")
     if tampered == "leaf hash":
-        headers = next(detail for name, _, detail in whole if name == "agent batch headers")
         assert headers.endswith(":5-8: records do not hash to the signed merkle root")
+    if tampered == "signature":
+        assert headers.endswith(":5-8: agent signature does not verify")
+    if tampered in ("leaf hash", "signature"):  # the batch's records, the three of contract A
+        signatures = next(detail for name, _, detail in whole if name == "batch signatures")
+        assert signatures.count("is not covered by a valid agent batch signature") == 3, signatures
     assert (
         len(whole) == 16
     )  # …, the lines, the catalogue's (skipped), the fees, true-up and discounts, the totals, the credits

@@ -8,8 +8,10 @@ the log indices as (first, count) ranges, and summed usage.
 
 from __future__ import annotations
 
+import gc
 import itertools
 import multiprocessing
+from bisect import bisect_right
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field, replace
 from hashlib import sha256
@@ -50,13 +52,25 @@ LEAF = 32  # bytes of a leaf hash
 
 class RecordLines(Sequence[bytes]):
     """The record lines of an export body, from byte ``start`` on (a final newline ends the last line),
-    not split until a check reads them one by one."""
+    not split until a check reads them one by one. Counting them keeps the number of the line at every
+    ``MARK`` bytes, so that the line at a byte is found without counting from the start again."""
+
+    MARK = 1 << 26
 
     def __init__(self, body: bytes, start: int = 0) -> None:
         end = len(body) - 1 if body.endswith(b"\n") else len(body)
         self.body, self.start, self.end = body, start, max(start, end)
-        self.size = body.count(b"\n", start, self.end) + 1 if self.end > start else 0
+        self._marks = [(start, 0)]  # (byte, the number of its line)
+        for mark in range(start + self.MARK, self.end, self.MARK):
+            self._marks.append((mark, self._marks[-1][1] + body.count(b"\n", self._marks[-1][0], mark)))
+        last, before = self._marks[-1]
+        self.size = before + body.count(b"\n", last, self.end) + 1 if self.end > start else 0
         self._split: list[bytes] | None = None
+
+    def line_after(self, newline: int) -> int:
+        """The number of the line that starts after the newline at byte ``newline``."""
+        mark, before = self._marks[bisect_right(self._marks, (newline, self.size)) - 1]
+        return before + self.body.count(b"\n", mark, newline + 1)
 
     @classmethod
     def of(cls, lines: Sequence[bytes]) -> RecordLines:
@@ -158,11 +172,11 @@ def scan_all(scope: Scope, runs: list[Run], jobs: int, meanwhile: Callable[[], T
     global _SHARES, _SCOPE
     jobs = max(1, min(jobs, len(scope.lines) // LINES_PER_JOB))
     if jobs == 1 or "fork" not in multiprocessing.get_all_start_methods():
-        return [scan(scope, runs)], meanwhile()
+        return [_scan_paused(scope, runs)], meanwhile()
     lines = RecordLines.of(scope.lines)
     _SCOPE, _SHARES = replace(scope, lines=lines), _shares(lines, runs, jobs)
     try:
-        with multiprocessing.get_context("fork").Pool(len(_SHARES)) as pool:
+        with multiprocessing.get_context("fork").Pool(len(_SHARES), gc.disable) as pool:
             scanning = pool.map_async(_scan_forked, range(len(_SHARES)))
             other = meanwhile()
             return scanning.get(), other
@@ -179,7 +193,7 @@ def _shares(lines: RecordLines, runs: list[Run], jobs: int) -> list[tuple[int, i
         newline = body.find(b"\n", start + (end - start) * k // jobs, end)
         if newline < 0:
             break
-        line = body.count(b"\n", start, newline + 1)
+        line = lines.line_after(newline)
         if line > (cuts[-1][0] if cuts else 0):
             cuts.append((line, newline + 1))
     bounds: list[tuple[int, int]] = [(0, start), *cuts, (lines.size, end + 1)]
@@ -210,6 +224,18 @@ def _scan_forked(number: int) -> Scan:
     first_byte, end_byte, part = _SHARES[number]
     lines = scope.lines.body[first_byte:end_byte].split(b"\n")
     return scan(replace(scope, lines=lines), part)
+
+
+def _scan_paused(scope: Scope, runs: list[Run]) -> Scan:
+    """`scan` with the cycle collector paused: a scan makes millions of objects and no cycles, and a
+    collection pass over them costs more than it frees (a forked scanner never collects)."""
+    paused = gc.isenabled()
+    gc.disable()
+    try:
+        return scan(scope, runs)
+    finally:
+        if paused:
+            gc.enable()
 
 
 def scan(scope: Scope, runs: list[Run]) -> Scan:
