@@ -60,18 +60,24 @@ GROUP_ORDER: tuple[str, ...] = (
 )
 GROUP_ORDER += ("id", "seq", "start", "status", "tenant", "tin", "tout")
 assert tuple(sorted(_RECORD.groupindex, key=_RECORD.groupindex.__getitem__)) == GROUP_ORDER
-_fullmatch = _RECORD.fullmatch
+fullmatch_record = _RECORD.fullmatch  # match_record, less the rules of writes_hold
 
 
 def match_record(line: bytes) -> re.Match[bytes] | None:
     """The expression's match of a canonical record line, or None (the slow path decides): also when
-    its optional ``prefix_cache_write_tokens`` breaks a rule the expression cannot hold (below 2**32,
-    and with the prefix-cache hits at most ``tokens_in``), which the slow path then refuses."""
-    m = _fullmatch(line)
+    its optional ``prefix_cache_write_tokens`` breaks a rule the expression cannot hold
+    (`writes_hold`), which the slow path then refuses."""
+    m = fullmatch_record(line)
     if m is None or m["writes"] is None:
         return m
-    writes = int(m["writes"])
-    return m if writes < U32 and int(m["cached"]) + writes <= int(m["tin"]) else None
+    return m if writes_hold(m["writes"], m["cached"], m["tin"]) else None
+
+
+def writes_hold(writes: bytes, cached: bytes, tokens_in: bytes) -> bool:
+    """The rules on ``prefix_cache_write_tokens`` that the expression cannot hold: below 2**32, and
+    with the prefix-cache hits at most ``tokens_in``."""
+    written = int(writes)
+    return written < U32 and int(cached) + written <= int(tokens_in)
 
 
 def usage_of_columns(columns: list[tuple[bytes, ...]], billable: list[bool] | None = None) -> list[int]:

@@ -11,6 +11,7 @@ from __future__ import annotations
 import gc
 import itertools
 import multiprocessing
+import re
 from bisect import bisect_right
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field, replace
@@ -18,7 +19,7 @@ from hashlib import sha256
 from typing import Any, TypeVar, overload
 
 from . import rating
-from .records import load_record, match_record, record_fields, usage_of_columns
+from .records import fullmatch_record, load_record, match_record, record_fields, usage_of_columns, writes_hold
 from .routed import is_routed, routing_problem, superseded_ids
 
 
@@ -277,12 +278,15 @@ def _scan_run(
     count = len(lines)
     if not batch.valid or position is None or not 0 <= position <= batch.size - count:
         return None
-    matches = [match_record(line) for line in lines]
+    matches = list(map(fullmatch_record, lines))
     if None in matches:
         return None
-    groups = [m.groups() for m in matches]  # type: ignore[union-attr]
-    columns = list(zip(*groups, strict=True))
-    agents, contracts, *_, record_ids, seqs, starts, statuses, tenants, _, _ = columns
+    columns = list(zip(*map(re.Match.groups, matches), strict=True))  # type: ignore[arg-type]
+    agents, contracts, _, _, _, _, _, cached, writes, record_ids, seqs, starts, statuses, tenants, tin, _ = (
+        columns
+    )
+    if any(writes) and not all(map(_writes_hold, writes, cached, tin)):
+        return None
     tenant, contract, start, end = bounds
     seq_ints, start_ints = list(map(int, seqs)), list(map(int, starts))
     hash_of = sha256
@@ -300,6 +304,10 @@ def _scan_run(
         return None
     billable = None if set(statuses) == {b"ok"} else [status == b"ok" for status in statuses]
     return record_ids, run_leaves, tuple(usage_of_columns(columns, billable))
+
+
+def _writes_hold(writes: bytes | None, cached: bytes, tokens_in: bytes) -> bool:
+    return writes is None or writes_hold(writes, cached, tokens_in)
 
 
 def _scan_lines(
