@@ -10,7 +10,7 @@ from django.utils.translation import pgettext_lazy
 
 from pricing.dimensions import DIMENSION_NAMES
 
-from . import selectors
+from . import lifecycle, selectors
 from .reconciliation import ReconciliationFilter, reconciliation_rows
 from .tables import Column, Table, money, quantity, ratio
 
@@ -180,3 +180,32 @@ def reconciliation(selected: ReconciliationFilter) -> Table:
         Column("status", pgettext_lazy("finance", "Result"), labels=RECONCILIATION_RESULT),
     )
     return Table("finance-reconciliation", columns, reconciliation_rows(selected))
+
+
+PERIOD_LABELS = {"quarter": pgettext_lazy("finance", "Quarter"), "month": pgettext_lazy("finance", "Month")}
+BUCKET_STATE = {"closed": pgettext_lazy("finance", "Closed"), "open": pgettext_lazy("finance", "In progress")}
+RETIREMENT = {lifecycle.RETIRE: pgettext_lazy("finance", "Flag for retirement")}
+
+
+def package_lifecycle(period: str, first_month: str, last_month: str, now: datetime) -> Table:
+    columns = (
+        Column("package", pgettext_lazy("finance", "Package")),
+        Column("period", PERIOD_LABELS[period]),
+        Column("period_start", pgettext_lazy("finance", "Period start"), "timestamp"),
+        Column("state", pgettext_lazy("finance", "State"), labels=BUCKET_STATE),
+        Column("calls", pgettext_lazy("finance", "Calls"), "integer"),
+        Column("active_customers", pgettext_lazy("finance", "Active customers"), "integer"),
+        Column("contracts_ended", pgettext_lazy("finance", "Contracts ended"), "integer"),
+        Column("contracts_renewed", pgettext_lazy("finance", "Renewed"), "integer"),
+        ratio("renewal_rate", pgettext_lazy("finance", "Renewal rate")),
+        CURRENCY,
+        money("base_revenue", pgettext_lazy("finance", "Base fees")),
+        money("outcome_revenue", pgettext_lazy("finance", "Outcome fees")),
+        money("net_revenue", pgettext_lazy("finance", "Net revenue")),
+        money("cost", pgettext_lazy("finance", "Cost")),
+        Column("cost_currency", pgettext_lazy("finance", "Cost currency")),
+        ratio("gross_margin", pgettext_lazy("finance", "Gross margin")),
+        Column("retirement", pgettext_lazy("finance", "Retirement"), labels=RETIREMENT),
+    )
+    rows = lifecycle.lifecycle_rows(period, first_month, last_month, now)
+    return Table("finance-packages", columns, rows)

@@ -22,7 +22,7 @@ from common.errors import error_response
 from common.periods import month_bounds, month_of, previous_month
 from ledger.selectors import LedgerLookupError
 
-from . import exports, filters, reports, scheduler
+from . import exports, filters, lifecycle, reports, scheduler
 from .access import staff_required
 from .reconciliation import ReconciliationFilter, unexplained
 from .selectors import COST_GROUPS, REVENUE_GROUPS, SPLIT_GROUPS, InvoiceFilter
@@ -97,6 +97,44 @@ def _reconciliation(query: QueryDict, now: datetime) -> Report:
     return Report(table, {"period": month, "unexplained": unexplained([dict(row) for row in table.rows])})
 
 
+def _packages(query: QueryDict, now: datetime) -> Report:
+    period = filters.choice(query, "period", lifecycle.PERIODS) or "quarter"
+    last = (query.get("to") or "").strip() if filters.month(query, "to") else month_of(now)
+    first = (query.get("from") or "").strip() if filters.month(query, "from") else _months_before(last, 11)
+    try:
+        table = reports.package_lifecycle(period, first, last, now)
+    except lifecycle.RangeError as error:
+        raise filters.FilterError("invalid_filter", str(error), {"field": "from"}) from None
+    flagged = sorted({row["package"] for row in table.rows if row["retirement"]})
+    labels = list(reports.PERIOD_LABELS.items())
+    context = {"period": period, "first": first, "last": last, "period_labels": labels, "flagged": flagged}
+    charts = {"charts_available": scheduler.charts_available(), "echarts": scheduler.ECHARTS}
+    chart = _calls_chart(table, period)
+    return Report(table, {**context, **charts, "chart": chart, "retire_below": lifecycle.RETIRE_BELOW})
+
+
+def _calls_chart(table: Table, period: str) -> dict[str, Any]:
+    """Calls per package and period (a package's currency rows repeat its calls: taken once), with the
+    retirement threshold where the periods are quarters."""
+    periods = list(dict.fromkeys(row["period"] for row in table.rows))
+    calls: dict[str, dict[str, int]] = {}
+    for row in table.rows:
+        calls.setdefault(row["package"], {})[row["period"]] = row["calls"]
+    return {
+        "periods": periods,
+        "packages": [{"package": p, "calls": [c.get(x, 0) for x in periods]} for p, c in calls.items()],
+        "threshold": lifecycle.RETIRE_BELOW if period == "quarter" else None,
+        "threshold_label": pgettext("finance", "Retirement threshold"),
+        "calls_label": pgettext("finance", "Calls"),
+    }
+
+
+def _months_before(month: str, count: int) -> str:
+    for _ in range(count):
+        month = previous_month(month)
+    return month
+
+
 def _scheduler(query: QueryDict, now: datetime) -> Report:
     table, context = scheduler.report_context(query)
     return Report(table, context)
@@ -122,6 +160,7 @@ REPORTS: dict[str, ReportPage] = {
         _reconciliation, "finance/reconciliation.html", ("month", "tenant", "contract")
     ),
     "scheduler": ReportPage(_scheduler, "finance/scheduler.html", scheduler.FILTERS),
+    "packages": ReportPage(_packages, "finance/packages.html", ("period", "from", "to")),
 }
 
 

@@ -162,6 +162,8 @@ FILLERS: dict[str, Fill] = {
     "finance:reconciliation-download": Fill(lambda _: {"fmt": "csv"}),
     "finance:scheduler": Fill(),
     "finance:scheduler-download": Fill(lambda _: {"fmt": "csv"}),
+    "finance:packages": Fill(),
+    "finance:packages-download": Fill(lambda _: {"fmt": "csv"}),
     "finance:dispute-resolve": Fill(lambda d: {"pk": d.dispute.pk}),
     # the portal (frontend/): forms post form-encoded bodies
     "portal-home": Fill(),

@@ -32,7 +32,7 @@ def _urls() -> list[tuple[str, str]]:
 
 def test_the_enumeration_covers_every_report_and_format() -> None:
     urls = {url for _, url in _urls()}
-    assert len(urls) == len(finance_urls.urlpatterns) == 16
+    assert len(urls) == len(finance_urls.urlpatterns) == 18
     assert {
         "/finance/",
         "/finance/cost-split/",
@@ -40,6 +40,8 @@ def test_the_enumeration_covers_every_report_and_format() -> None:
         "/finance/reconciliation/download.csv",
         "/finance/scheduler/",
         "/finance/scheduler/download.csv",
+        "/finance/packages/",
+        "/finance/packages/download.csv",
         "/finance/disputes/1/resolve",
     } <= urls
 

@@ -32,6 +32,8 @@ def _tables() -> list[Table]:
         reports.disputes("", NOW),
         reports.reconciliation(ReconciliationFilter()),
         scheduler.events_table(QueryDict(), EventFilter())[0],
+        reports.package_lifecycle("quarter", "2026-07", "2026-12", NOW),
+        reports.package_lifecycle("month", "2026-11", "2026-11", NOW),
     ]
 
 
@@ -61,6 +63,7 @@ def test_every_column_label_and_code_label_has_a_chinese_translation() -> None:
         ("/finance/disputes/", "Dispute queue", "争议队列"),
         ("/finance/reconciliation/?month=2026-10", "Every difference is explained.", "所有差异均已解释。"),
         ("/finance/scheduler/", "as its L1 routers report it", "由其 L1 路由器上报"),
+        ("/finance/packages/", "Package lifecycle", "套餐生命周期"),
     ],
 )
 def test_pages_switch_language(url: str, english: str, chinese: str) -> None:
