@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import gzip
 import json
 from typing import Any
 
@@ -14,6 +15,7 @@ from tests.records.strategies import JSON_VALUES, records
 from treemeter_records import canonical_bytes as platform_canonical
 from treemeter_records import private_key_from_seed, public_key_bytes
 from treemeter_verify.canonical import canonical_bytes
+from treemeter_verify.check import FORMAT, read_export
 from treemeter_verify.note import NoteError, open_checkpoint, parse_verifier_key
 from treemeter_verify.records import _RECORD, fields_of, parse_record
 from treemeter_verify.scan import RunsError, place_runs
@@ -73,3 +75,11 @@ def test_runs_are_placed_on_the_record_lines_and_checked() -> None:
     ):
         with pytest.raises(RunsError):
             place_runs(runs, lines)
+
+
+@pytest.mark.parametrize("cut", [1, 30, 45])
+def test_a_gzip_export_reads_as_its_bytes_in_one_member_or_several(cut: int) -> None:
+    body = json.dumps({"format": FORMAT}).encode() + b"\nline-1\nline-2\n"
+    for packed in (gzip.compress(body), gzip.compress(body[:cut]) + gzip.compress(body[cut:])):
+        manifest, lines = read_export(packed)
+        assert (manifest, list(lines)) == ({"format": FORMAT}, [b"line-1", b"line-2"])
