@@ -1,8 +1,8 @@
 """The package lifecycle report: per compute package and calendar month or quarter (UTC), its calls
 (records of every status), active customers (tenants that made a call), the contracts that ended and
 how many of them were renewed, base-fee and outcome revenue, net revenue, cost and gross margin. A
-package with fewer than RETIRE_BELOW calls in each of two consecutive closed quarters is flagged for
-retirement.
+package on sale (`_launches`) with fewer than RETIRE_BELOW calls in each of two consecutive closed
+quarters is flagged for retirement.
 
 Money is per currency: a package billed in two currencies has one row per currency, each repeating the
 package's calls, customers and renewals (they have no currency). Revenue is that of the finalised and
@@ -18,7 +18,7 @@ from datetime import UTC, datetime, timedelta
 from decimal import Decimal
 from typing import Any
 
-from django.db.models import F, Q, Sum
+from django.db.models import F, Min, Q, Sum
 from django.db.models.functions import TruncMonth, TruncQuarter
 
 from billing.costs import revenue_invoices
@@ -81,6 +81,7 @@ def lifecycle_rows(period: str, first_month: str, last_month: str, now: datetime
     renewals = _renewals(shown)
     money = _revenue(period, shown)
     packages = sorted(set(ComputePackage.objects.values_list("code", flat=True)) | {p for p, _ in calls})
+    launched = _launches()
     rows = []
     for package in packages:
         for before, bucket in itertools.pairwise([previous, *shown]):
@@ -88,7 +89,13 @@ def lifecycle_rows(period: str, first_month: str, last_month: str, now: datetime
             earlier = calls.get((package, before.start.date()))
             count, before_count = (used.calls if used else 0), (earlier.calls if earlier else 0)
             ended, renewed = renewals.get((package, bucket.start), (0, 0))
-            retire = period == "quarter" and bucket.end <= now and max(count, before_count) < RETIRE_BELOW
+            on_sale = package in launched and launched[package] <= before.start
+            retire = (
+                period == "quarter"
+                and on_sale
+                and bucket.end <= now
+                and max(count, before_count) < RETIRE_BELOW
+            )
             common = {
                 "package": package,
                 "period": bucket.name,
@@ -103,6 +110,13 @@ def lifecycle_rows(period: str, first_month: str, last_month: str, now: datetime
             }
             rows += [{**common, **figures} for figures in money.get((package, bucket.start), [{}])]
     return rows
+
+
+def _launches() -> dict[str, datetime]:
+    """When each package was first on sale: the start of its earliest contract. A package is judged for
+    retirement only over quarters it was on sale for from their start (never one nobody has bought)."""
+    rows = Contract.objects.values("package__code").annotate(first=Min("starts_at"))
+    return {row["package__code"]: row["first"] for row in rows}
 
 
 def _bucket_before(first: Bucket, period: str) -> Bucket:

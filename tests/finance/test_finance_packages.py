@@ -99,17 +99,22 @@ def test_months_split_the_quarter_and_flag_nothing() -> None:
     ]
 
 
-def test_a_package_with_500_calls_in_the_later_quarter_is_not_flagged(clickhouse: None) -> None:
-    """The flag needs both quarters under 500: 499 then 500 keeps the package, 499 then 1 does not."""
-    kept, dropped = (ComputePackage.objects.create(code=code, name=code) for code in ("kept", "dropped"))
+def test_the_flag_needs_two_quiet_quarters_on_sale(clickhouse: None) -> None:
+    """Both quarters under 500 calls: 499 then 500 keeps the package, 499 then 1 does not; a package
+    first sold in the later quarter is not judged yet, however quiet."""
+    kept, dropped, new = (
+        ComputePackage.objects.create(code=code, name=code) for code in ("kept", "dropped", "new")
+    )
     for package, counts in ((kept, (499, 500)), (dropped, (499, 1))):
         contract = ContractFactory.create(tenant=TenantFactory.create(), package=package)
         send(contract, counts[0], at(2026, 5, 2))
         send(contract, counts[1], at(2026, 8, 2))
+    send(ContractFactory.create(package=new, starts_at=_when(7, 1)), 10, at(2026, 8, 2))
     rows = reports.package_lifecycle("quarter", "2026-07", "2026-09", NOW).rows
     assert [(r["package"], r["period"], r["calls"], r["retirement"]) for r in rows] == [
         ("dropped", "2026-Q3", 1, "retire"),
         ("kept", "2026-Q3", 500, ""),
+        ("new", "2026-Q3", 10, ""),
     ]
 
 
