@@ -7,6 +7,8 @@ from __future__ import annotations
 
 import base64
 import json
+import multiprocessing.pool
+import signal
 from collections.abc import Callable
 from hashlib import sha256
 from pathlib import Path
@@ -143,6 +145,25 @@ def test_an_export_with_a_routed_record_verifies(monkeypatch: pytest.MonkeyPatch
         "1 routed records signed by their executors and pinned routers, as decided",
     )
     assert verdicts(report)["line usage tokens_out"] == (True, "32 × 0.01 = 0.16 CNY")
+
+
+def test_forked_scanners_are_closed_when_done_not_terminated(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Terminating the pool (SIGTERM to each scanner) hung, at random, a caller that ignores SIGTERM
+    (or handles it without exiting, as a server's graceful stop does): its scanners inherit that, and
+    one still waiting for work never ended. They are closed when done, and reset SIGTERM as they start."""
+    terminated: list[object] = []
+    terminate = multiprocessing.pool.Pool.terminate
+    monkeypatch.setattr(multiprocessing.pool.Pool, "terminate", lambda pool: terminated.append(pool))
+    monkeypatch.setattr(scan, "LINES_PER_JOB", 1)
+    manifest, lines = export_of([v2_record(), v1_record()])
+    previous = signal.signal(signal.SIGTERM, signal.SIG_IGN)
+    try:
+        assert verify_export(manifest, lines, keys(), jobs=2).ok
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+        for pool in terminated:
+            terminate(pool)  # type: ignore[arg-type]
+    assert terminated == []
 
 
 def test_an_export_without_routed_records_skips_the_check() -> None:

@@ -12,6 +12,7 @@ import gc
 import itertools
 import multiprocessing
 import re
+import signal
 from bisect import bisect_right
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field, replace
@@ -176,13 +177,29 @@ def scan_all(scope: Scope, runs: list[Run], jobs: int, meanwhile: Callable[[], T
         return [_scan_paused(scope, runs)], meanwhile()
     lines = RecordLines.of(scope.lines)
     _SCOPE, _SHARES = replace(scope, lines=lines), _shares(lines, runs, jobs)
+    pool = multiprocessing.get_context("fork").Pool(len(_SHARES), _scanner_started)
     try:
-        with multiprocessing.get_context("fork").Pool(len(_SHARES), gc.disable) as pool:
-            scanning = pool.map_async(_scan_forked, range(len(_SHARES)))
-            other = meanwhile()
-            return scanning.get(), other
+        scanning = pool.map_async(_scan_forked, range(len(_SHARES)))
+        other = meanwhile()
+        scans = scanning.get()
+    except BaseException:
+        pool.terminate()
+        raise
     finally:
         _SHARES, _SCOPE = [], None
+    # Closed, not terminated: a scanner left without a share ends when told to. A SIGTERM could reach
+    # it before it reset the handler it inherited (a caller's, which may not exit) and leave it
+    # waiting for work for ever, and the join with it.
+    pool.close()
+    pool.join()
+    return scans, other
+
+
+def _scanner_started() -> None:
+    """A forked scanner: default signal dispositions, and no cycle collection (see `_scan_paused`)."""
+    signal.signal(signal.SIGTERM, signal.SIG_DFL)
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+    gc.disable()
 
 
 def _shares(lines: RecordLines, runs: list[Run], jobs: int) -> list[tuple[int, int, list[Run]]]:
