@@ -36,7 +36,18 @@ from .metrics import billable_records, metric_verdicts
 from .note import Checkpoint, NoteError, open_checkpoint
 from .rating import segment_amounts
 from .records import fields_of, load_record
-from .scan import LEAF, Batch, RecordLines, Run, RunsError, Scan, Scope, place_runs, scan_all
+from .scan import (
+    LEAF,
+    Batch,
+    RecordLines,
+    Run,
+    RunsError,
+    Scan,
+    Scope,
+    place_runs,
+    scan_all,
+    split_leaves,
+)
 from .taxes import totals_problems
 
 FORMAT = "treemeter-invoice-export/1"
@@ -386,8 +397,7 @@ Included = tuple[list[int], list[bytes]]  # log indices, ascending, and the leaf
 def _included(scans: list[Scan]) -> Included:
     """The log indices of the logged records and their leaf hashes, by index."""
     indices = [i for scan in scans for first, count in scan.indices for i in range(first, first + count)]
-    blob = b"".join(scan.leaves for scan in scans)
-    return _by_index(indices, [blob[k : k + 32] for k in range(0, len(blob), 32)])
+    return _by_index(indices, split_leaves(b"".join(scan.leaves for scan in scans)))
 
 
 def _claimed(runs: list[Run], batches: list[Batch]) -> Included | None:

@@ -43,13 +43,20 @@ class Batch:
         """How many whole leaf hashes it holds."""
         return len(self.leaf_hashes) // LEAF
 
+    def joined_leaves(self, start: int, end: int) -> bytes:
+        """The leaf hashes of its lines [start, end), joined."""
+        return self.leaf_hashes[start * LEAF : end * LEAF]
+
     def leaves(self, start: int = 0, end: int | None = None) -> list[bytes]:
-        end = self.size if end is None else end
-        blob = self.leaf_hashes
-        return [blob[k : k + LEAF] for k in range(start * LEAF, end * LEAF, LEAF)]
+        return split_leaves(self.joined_leaves(start, self.size if end is None else end))
 
 
 LEAF = 32  # bytes of a leaf hash
+
+
+def split_leaves(joined: bytes) -> list[bytes]:
+    """Joined leaf hashes, one by one."""
+    return [joined[k : k + LEAF] for k in range(0, len(joined), LEAF)]
 
 
 class RecordLines(Sequence[bytes]):
@@ -316,7 +323,7 @@ def _scan_run(
         or max(seq_ints) > batch.last_seq
         or min(start_ints) < start
         or max(start_ints) >= end
-        or run_leaves != batch.leaf_hashes[position * LEAF : (position + count) * LEAF]
+        or run_leaves != batch.joined_leaves(position, position + count)
     ):
         return None
     billable = None if set(statuses) == {b"ok"} else [status == b"ok" for status in statuses]
@@ -372,7 +379,7 @@ def _scan_lines(
             or line_in_batch is None
             or not batch.valid
             or not 0 <= line_in_batch < batch.size
-            or batch.leaf_hashes[line_in_batch * LEAF : (line_in_batch + 1) * LEAF] != leaf
+            or batch.joined_leaves(line_in_batch, line_in_batch + 1) != leaf
             or agent_id != batch.agent_id.encode()
             or not batch.first_seq <= seq <= batch.last_seq
         ):
