@@ -48,7 +48,7 @@ def purchase_package(
     """
     if principal.tenant is None:
         raise PurchaseError("tenant_required", "Contracts belong to a tenant; staff users cannot buy.")
-    plan = purchasable_plan(package_code, plan_code)
+    plan = purchasable_plan(principal, package_code, plan_code)
     if plan is None:
         raise PlanNotFound(
             "plan_not_found",

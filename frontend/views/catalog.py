@@ -37,7 +37,7 @@ def packages(request: HttpRequest, principal: Principal) -> HttpResponse:
         "frontend/packages.html",
         principal,
         "packages",
-        packages=active_packages(),
+        packages=active_packages(principal),
         can_buy=principal.may_write(WRITE_BILLING) and not principal.is_staff,
     )
 

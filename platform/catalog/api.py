@@ -5,6 +5,7 @@ from __future__ import annotations
 from django.db.models import QuerySet
 from rest_framework import generics, serializers
 
+from accounts.access import principal_of
 from common.pagination import CursorPage
 
 from .models import ComputePackage, PackagePlan, PlanPrice
@@ -44,7 +45,7 @@ class PackageListView(generics.ListAPIView):
     pagination_class = ByCode
 
     def get_queryset(self) -> QuerySet[ComputePackage]:
-        return active_packages()
+        return active_packages(principal_of(self.request))
 
 
 class PackageDetailView(generics.RetrieveAPIView):
@@ -52,4 +53,4 @@ class PackageDetailView(generics.RetrieveAPIView):
     lookup_field = "code"
 
     def get_queryset(self) -> QuerySet[ComputePackage]:
-        return active_packages()
+        return active_packages(principal_of(self.request))

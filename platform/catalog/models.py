@@ -4,21 +4,95 @@ from django.core.exceptions import ValidationError
 from django.core.validators import MinValueValidator
 from django.db import models
 
+from accounts.models import Tenant
 from accounts.validators import validate_slug_code
 from common.money import CURRENCY_CHOICES, DEFAULT_CURRENCY, MINOR_UNITS, round_money, validate_currency
 from pricing.charge_models import CHARGE_MODEL_CHOICES, PER_UNIT
 from pricing.errors import TermsError
+from pricing.expressions import parse_metric
 from pricing.validation import validate_charge
 
 
+class OnnxArtifact(models.Model):
+    """An uploaded ONNX model file, kept by its SHA-256 (the executor checks the digest before loading)."""
+
+    sha256 = models.CharField(max_length=64, primary_key=True)
+    content = models.BinaryField()
+    size = models.PositiveBigIntegerField()
+    opset = models.PositiveIntegerField(help_text="The model's default-domain opset version.")
+    uploaded_at = models.DateTimeField(auto_now_add=True)
+
+    def __str__(self) -> str:
+        return self.sha256
+
+
+class Capability(models.Model):
+    """An atomic capability (OCR, clause extraction) that packages share: the model serving it, the JSON
+    schemas of what it takes and answers, its SLA timeout, and the outcome rule that accepts a result."""
+
+    class Engine(models.TextChoices):
+        MOE = "moe", "MoE chat model (the agents' engine)"
+        ONNX = "onnx", "ONNX model (the agents' onnxruntime executor)"
+
+    code = models.CharField(max_length=64, unique=True, validators=[validate_slug_code])
+    name = models.CharField(max_length=200)
+    owner = models.ForeignKey(
+        Tenant,
+        null=True,
+        blank=True,
+        on_delete=models.CASCADE,
+        related_name="capabilities",
+        help_text="The tenant whose package factory made it; empty: the platform's own.",
+    )
+    engine = models.CharField(max_length=8, choices=Engine.choices)
+    model_id = models.CharField(max_length=128, help_text="The model id requests name (the records' model).")
+    artifact = models.ForeignKey(
+        OnnxArtifact, null=True, blank=True, on_delete=models.PROTECT, related_name="capabilities"
+    )
+    input_schema = models.JSONField(default=dict, help_text="JSON Schema of a request's input.")
+    output_schema = models.JSONField(default=dict, help_text="JSON Schema of its answer.")
+    sla_timeout_ms = models.PositiveIntegerField(help_text="A call running longer fails its SLA.")
+    acceptance_rule = models.TextField(
+        blank=True,
+        help_text="The outcome rule accepting a result, e.g. 'outcome_f1 >= 0.92'.",
+    )
+
+    class Meta:
+        ordering = ["code"]
+        verbose_name_plural = "capabilities"
+        constraints = [
+            models.CheckConstraint(
+                condition=models.Q(engine="onnx", artifact__isnull=False)
+                | models.Q(engine="moe", artifact__isnull=True),
+                name="capability_onnx_has_artifact",
+            ),
+        ]
+
+    def __str__(self) -> str:
+        return self.code
+
+    def clean(self) -> None:
+        if self.acceptance_rule:
+            try:
+                parse_metric(self.acceptance_rule, rule=True)
+            except TermsError as error:
+                raise ValidationError({"acceptance_rule": error.message}) from None
+
+
 class ComputePackage(models.Model):
-    """A business compute package ("review contracts"), sold instead of GPU hours."""
+    """A business compute package ("review contracts"), sold instead of GPU hours: a set of capabilities
+    billed per business `unit` (`contract_review_event`). A package with an `owner` was made by that
+    tenant's package factory: only that tenant sees and buys it."""
 
     code = models.CharField(max_length=64, unique=True, validators=[validate_slug_code])
     name = models.CharField(max_length=200)
     unit = models.CharField(max_length=64, default="request", help_text="What one unit of the package is.")
     description = models.TextField(blank=True)
     active = models.BooleanField(default=True)
+    owner = models.ForeignKey(
+        Tenant, null=True, blank=True, on_delete=models.CASCADE, related_name="own_packages"
+    )
+    capabilities = models.ManyToManyField(Capability, through="PackageCapability", related_name="packages")
     margin_factor = models.DecimalField(
         max_digits=6,
         decimal_places=3,
@@ -32,6 +106,23 @@ class ComputePackage(models.Model):
 
     def __str__(self) -> str:
         return self.code
+
+
+class PackageCapability(models.Model):
+    """A capability in a package; an event of the package is billable once its required ones succeed."""
+
+    package = models.ForeignKey(ComputePackage, on_delete=models.CASCADE, related_name="package_capabilities")
+    capability = models.ForeignKey(Capability, on_delete=models.PROTECT, related_name="package_capabilities")
+    required = models.BooleanField(default=True)
+
+    class Meta:
+        ordering = ["package", "capability"]
+        constraints = [
+            models.UniqueConstraint(fields=["package", "capability"], name="one_capability_per_package"),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.package.code}/{self.capability.code}"
 
 
 class HostCostProfile(models.Model):

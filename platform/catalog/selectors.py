@@ -6,23 +6,39 @@ from __future__ import annotations
 from collections.abc import Iterable
 from datetime import date
 
-from django.db.models import Exists, OuterRef, Prefetch, QuerySet
+from django.db.models import Exists, OuterRef, Prefetch, Q, QuerySet
+
+from accounts.access import Principal
 
 from .litellm import ListedPrice
 from .models import ComputePackage, ModelPrice, PackagePlan
 
 
-def active_packages() -> QuerySet[ComputePackage]:
+def visible_packages(principal: Principal) -> QuerySet[ComputePackage]:
+    """The public packages and the principal's tenant's own (its package factory's); staff see all."""
+    packages = ComputePackage.objects.all()
+    if principal.is_staff:
+        return packages
+    return packages.filter(Q(owner__isnull=True) | Q(owner_id=principal.tenant_id))
+
+
+def active_packages(principal: Principal) -> QuerySet[ComputePackage]:
     plans = PackagePlan.objects.filter(active=True).prefetch_related("prices").order_by("code")
-    return ComputePackage.objects.filter(active=True).prefetch_related(Prefetch("plans", queryset=plans))
+    return visible_packages(principal).filter(active=True).prefetch_related(Prefetch("plans", queryset=plans))
 
 
-def purchasable_plan(package_code: str, plan_code: str) -> PackagePlan | None:
-    """The active plan of an active package, or None."""
+def purchasable_plan(principal: Principal, package_code: str, plan_code: str) -> PackagePlan | None:
+    """The active plan of an active package the principal sees, or None."""
     return (
         PackagePlan.objects.select_related("package")
         .prefetch_related("prices")
-        .filter(package__code=package_code, package__active=True, code=plan_code, active=True)
+        .filter(
+            package__in=visible_packages(principal),
+            package__code=package_code,
+            package__active=True,
+            code=plan_code,
+            active=True,
+        )
         .first()
     )
 

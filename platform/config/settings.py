@@ -64,6 +64,7 @@ INSTALLED_APPS = [
     "usage",
     "frontend",
     "finance",
+    "package_factory",
     "django_htmx",
 ]
 
@@ -201,6 +202,11 @@ API_JSON_MAX_BYTES = env.integer("API_JSON_MAX_BYTES", 1024 * 1024, minimum=1024
 # A body that is a file users keep (common.parsers.JsonFileParser): a LiteLLM price file imported into
 # the LLM price catalogue; LiteLLM's own file is about 1.5 MB.
 JSON_FILE_MAX_BYTES = env.integer("JSON_FILE_MAX_BYTES", 8 * 1024 * 1024, minimum=1024)
+
+# The package factory (package_factory): the largest ONNX model it takes, and the agent image its
+# deployment manifests name.
+FACTORY_MAX_MODEL_BYTES = env.integer("FACTORY_MAX_MODEL_BYTES", 64 * 1024 * 1024, minimum=1024)
+FACTORY_EXECUTOR_IMAGE = env.text("FACTORY_EXECUTOR_IMAGE", "treemeter-agent:latest")
 
 # Stripe (billing.payments): empty key = invoices are not pushed; STRIPE_API_BASE points tests at a fake.
 STRIPE_API_KEY = env.text("STRIPE_API_KEY", "")

@@ -10,6 +10,7 @@ from django.db.models import QuerySet
 from accounts.access import Principal, scoped
 from agents.models import AgentKey
 from agents.selectors import agent_scope, model_keys_in_force
+from catalog.models import PackageCapability
 from contracts.models import Contract
 from treemeter_records.protocol import SNAPSHOT_VERSION
 
@@ -31,6 +32,20 @@ def visible_api_keys(principal: Principal) -> QuerySet[ApiKey]:
     return scoped(ApiKey.objects.select_related("tenant", "contract"), principal)
 
 
+def package_models() -> dict[int, list[str]]:
+    """Package id → the model ids its capabilities are served by: all a key of the package may reach
+    (a package without capabilities is unrestricted: absent here)."""
+    models: dict[int, list[str]] = {}
+    pairs = (
+        PackageCapability.objects.values_list("package_id", "capability__model_id")
+        .order_by("package_id", "capability__model_id")
+        .distinct()
+    )
+    for package_id, model_id in pairs:
+        models.setdefault(package_id, []).append(model_id)
+    return models
+
+
 def entitlement_snapshot(agent_key: AgentKey) -> dict[str, Any]:
     """Every API key of the contracts this agent may report for (and only those), with its binding; and
     the model publisher keys in force, whose signature an agent needs on a checkpoint's manifest."""
@@ -38,6 +53,7 @@ def entitlement_snapshot(agent_key: AgentKey) -> dict[str, Any]:
     keys = ApiKey.objects.select_related("tenant", "contract__package").filter(
         tenant__code__in=list(scope.tenants)
     )
+    models = package_models()
     now = time.time_ns()
     return {
         "v": SNAPSHOT_VERSION,
@@ -51,6 +67,7 @@ def entitlement_snapshot(agent_key: AgentKey) -> dict[str, Any]:
                 "tenant": k.tenant.code,
                 "contract": k.contract.code,
                 "package": k.contract.package.code,
+                "models": models.get(k.contract.package_id, []),
                 "sla_class": k.sla_class,
                 "quota_tokens": k.quota_tokens,
                 "quota_period": "month",

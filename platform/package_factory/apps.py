@@ -1,0 +1,7 @@
+from django.apps import AppConfig
+
+
+class PackageFactoryConfig(AppConfig):
+    name = "package_factory"
+    verbose_name = "Package factory"
+    default_auto_field = "django.db.models.BigAutoField"
