@@ -2,7 +2,20 @@
 
 from django.urls import path
 
-from .views import catalog, contracts, home, invoices, keys, pdfs, receipts, records, sla, usage, webhooks
+from .views import (
+    catalog,
+    contracts,
+    factory,
+    home,
+    invoices,
+    keys,
+    pdfs,
+    receipts,
+    records,
+    sla,
+    usage,
+    webhooks,
+)
 
 urlpatterns = [
     path("", home.home, name="portal-home"),
@@ -12,6 +25,8 @@ urlpatterns = [
     path("packages/", catalog.packages, name="portal-packages"),
     path("packages/buy", catalog.buy, name="portal-buy"),
     path("model-prices/", catalog.model_price_list, name="portal-model-prices"),
+    path("factory/", factory.factory, name="portal-factory"),
+    path("factory/<str:code>", factory.factory_build, name="portal-factory-build"),
     path("contracts/", contracts.contract_list, name="portal-contracts"),
     path("contracts/<str:code>", contracts.contract_detail, name="portal-contract"),
     path("usage/", usage.dashboard, name="portal-usage"),

@@ -78,6 +78,11 @@ FILLERS: dict[str, Fill] = {
     "model-price-export": Fill(query=lambda _: {"currency": "CNY"}),
     "model-price-import": Fill(query=lambda _: {"currency": "CNY", "effective_from": "2026-12-01"}),
     "purchase": Fill(body=lambda d: {"package": d.package.code}),
+    # The package factory: a tenant's builds and the model files its capabilities use.
+    "factory-templates": Fill(),
+    "factory-builds": Fill(),
+    "factory-build": Fill(lambda d: {"code": d.built.package.code}),
+    "factory-artifact": Fill(lambda d: {"sha256": d.built.capability.artifact_id}),
     "token-list": Fill(),
     "token-revoke": Fill(lambda d: {"prefix": d.token_rows[Role.READ_ONLY].prefix}),
     "invoice-detail": Fill(lambda d: {"pk": d.invoice.pk}),
@@ -168,6 +173,8 @@ FILLERS: dict[str, Fill] = {
     # the portal (frontend/): forms post form-encoded bodies
     "portal-home": Fill(),
     "portal-packages": Fill(),
+    "portal-factory": Fill(),
+    "portal-factory-build": Fill(lambda d: {"code": d.built.package.code}),
     "portal-buy": Fill(),
     "portal-model-prices": Fill(),
     "portal-contracts": Fill(),

@@ -3,9 +3,6 @@ files the deployment manifests fetch by digest."""
 
 from __future__ import annotations
 
-import json
-from typing import Any
-
 from django.conf import settings
 from django.db.models import QuerySet
 from django.http import HttpResponse
@@ -20,8 +17,8 @@ from rest_framework.views import APIView
 from accounts.access import WRITE_ANY, principal_of
 from common.errors import RequestTooLarge
 from common.pagination import CursorPage
+from common.parsers import loads
 
-from .errors import FactoryError
 from .models import PackageBuild
 from .selectors import artifact_of, package_builds
 from .services import build_package
@@ -111,7 +108,7 @@ class BuildListView(generics.ListAPIView):
         data = body.validated_data
         build = build_package(
             principal_of(request),
-            _declaration(data["declaration"]),
+            loads(data["declaration"]),
             data["model"].read(),
             template_code=data.get("template", ""),
         )
@@ -141,14 +138,3 @@ class ArtifactView(APIView):
         answer = HttpResponse(bytes(artifact.content), content_type="application/octet-stream")
         answer["Content-Disposition"] = f'attachment; filename="{sha256}.onnx"'
         return answer
-
-
-def _declaration(text: str) -> Any:
-    try:
-        return json.loads(text)
-    except json.JSONDecodeError as error:
-        raise FactoryError(
-            "invalid_spec",
-            f"The declaration is not JSON: {error.msg} at character {error.pos}.",
-            {"field": ""},
-        ) from None

@@ -5,6 +5,7 @@ Every refusal is a FactoryError `invalid_spec` naming the field (`details.field`
 
 from __future__ import annotations
 
+import unicodedata
 from dataclasses import dataclass
 from decimal import Decimal, InvalidOperation
 from typing import Any
@@ -124,6 +125,8 @@ def _text(data: dict[str, Any], field: str, max_length: int, *, required: bool =
         value = ""
     if not isinstance(value, str) or len(value) > max_length:
         raise _invalid(field, f"`{field}` is text of at most {max_length} characters.")
+    if any(unicodedata.category(ch) == "Cc" and ch not in "\n\t" for ch in value):
+        raise _invalid(field, f"`{field}` holds a control character.")
     if required and not value.strip():
         raise _invalid(field, f"`{field}` is required.")
     return value.strip()

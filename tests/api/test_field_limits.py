@@ -247,14 +247,22 @@ WRITERS = [
 LITELLM_IMPORT = (
     "written by the LiteLLM price-file import, whose parser refuses longer values (test_price_catalogue.py)"
 )
+FACTORY = (
+    "the admin, or the package factory's multipart upload (tests/package_factory/test_factory_api.py: at and "
+    "past the limit, control characters)"
+)
 NOT_FROM_REST = {
     "accounts.Tenant.code": "tenants are made by staff in the admin",
     "accounts.Tenant.name": "tenants are made by staff in the admin",
     "accounts.ApiToken.prefix": "made by the platform",
     "accounts.ApiToken.digest": "made by the platform",
-    "catalog.ComputePackage.code": "the catalogue is kept in the admin",
-    "catalog.ComputePackage.name": "the catalogue is kept in the admin",
-    "catalog.ComputePackage.unit": "the catalogue is kept in the admin",
+    "catalog.ComputePackage.code": FACTORY,
+    "catalog.ComputePackage.name": FACTORY,
+    "catalog.ComputePackage.unit": FACTORY,
+    "catalog.Capability.code": FACTORY,
+    "catalog.Capability.name": FACTORY,
+    "catalog.Capability.model_id": "made by the package factory from the capability's code",
+    "catalog.OnnxArtifact.sha256": "the uploaded file's digest, made by the platform",
     "catalog.HostCostProfile.host_class": "the catalogue is kept in the admin",
     "catalog.PackagePlan.code": "the catalogue is kept in the admin",
     "catalog.PackagePlan.name": "the catalogue is kept in the admin",

@@ -11,6 +11,7 @@ from django.conf import settings
 from django.test import Client
 
 from agents.services import register_agent, revoke_key
+from catalog.models import Capability, PackageCapability
 from entitlements.models import ApiKey
 from entitlements.services import EntitlementError, issue_api_key, revoke_api_key
 from tests.factories import ContractFactory
@@ -87,6 +88,7 @@ def test_the_snapshot_is_signed_by_the_platform_and_scoped_to_the_agent(client: 
         "tenant": mine.tenant.code,
         "contract": mine.code,
         "package": mine.package.code,
+        "models": [],  # a package without capabilities: unrestricted
         "sla_class": "gold",
         "quota_tokens": 500,
         "quota_period": "month",
@@ -95,6 +97,20 @@ def test_the_snapshot_is_signed_by_the_platform_and_scoped_to_the_agent(client: 
     assert by_hash[revoked.api_key.key_hash]["status"] == "revoked"
     tampered = {**snapshot, "keys": []}
     assert not protocol.verify_snapshot(platform, tampered, body["signature"])
+
+
+def test_a_key_of_a_package_with_capabilities_may_reach_only_their_models(client: Client) -> None:
+    composed = ContractFactory.create()
+    for code, model_id in (("ocr", "onnx/ocr"), ("clauses", "moe-tiny"), ("ocr-copy", "onnx/ocr")):
+        capability = Capability.objects.create(
+            code=code, name=code, engine="moe", model_id=model_id, sla_timeout_ms=1000
+        )
+        PackageCapability.objects.create(package=composed.package, capability=capability)
+    composed_key = issue_api_key(contract_code=composed.code)
+    agent_key = agent_for(composed)
+    snapshot = signed_get(client, agent_key, "gpu-1").json()["snapshot"]
+    by_hash = {k["key_hash"]: k for k in snapshot["keys"]}
+    assert by_hash[composed_key.api_key.key_hash]["models"] == ["moe-tiny", "onnx/ocr"]  # each once
 
 
 def test_unsigned_stale_foreign_or_revoked_agent_requests_are_refused(client: Client) -> None:

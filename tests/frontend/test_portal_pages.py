@@ -21,6 +21,8 @@ PAGES: dict[str, Callable[[TenantData], dict[str, Any]]] = {
     "portal-home": lambda d: {},
     "portal-packages": lambda d: {},
     "portal-model-prices": lambda d: {},
+    "portal-factory": lambda d: {},
+    "portal-factory-build": lambda d: {"code": d.built.package.code},
     "portal-contracts": lambda d: {},
     "portal-contract": lambda d: {"code": d.contract.code},
     "portal-usage": lambda d: {},
@@ -41,6 +43,8 @@ PAGES: dict[str, Callable[[TenantData], dict[str, Any]]] = {
 }
 # What each page must show of the tenant's own data (en).
 SHOWS: dict[str, Callable[[TenantData], str]] = {
+    "portal-factory": lambda d: d.built.package.code,
+    "portal-factory-build": lambda d: d.built.capability.artifact_id or "",
     "portal-contracts": lambda d: d.contract.code,
     "portal-contract": lambda d: d.contract.code,
     "portal-invoices": lambda d: d.invoice.number or "",
@@ -56,6 +60,7 @@ SHOWS: dict[str, Callable[[TenantData], str]] = {
 }
 # Object pages: the URL names one object of the tenant.
 OBJECT_PAGES = [
+    "portal-factory-build",
     "portal-contract",
     "portal-invoice",
     "portal-line-records",
@@ -68,6 +73,7 @@ OBJECT_PAGES = [
 # Write endpoints with a form body aimed at the tenant's own objects.
 WRITES: dict[str, tuple[Callable[[TenantData], dict[str, Any]], Callable[[TenantData], dict[str, Any]]]] = {
     "portal-buy": (lambda d: {}, lambda d: {"package": d.package.code, "plan": "standard"}),
+    "portal-factory": (lambda d: {}, lambda d: {"template": "contract-review", "package_code": "probe"}),
     "portal-keys": (lambda d: {}, lambda d: {"contract": d.contract.code, "sla_class": "standard"}),
     "portal-key-revoke": (lambda d: {"prefix": d.api_key.prefix}, lambda d: {}),
     "portal-dispute-line": (

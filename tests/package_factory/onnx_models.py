@@ -10,12 +10,15 @@ WEIGHTS = np.arange(8, dtype=np.float32).reshape(4, 2) / 10
 BIAS = np.array([0.5, -0.5], dtype=np.float32)
 
 
-def linear_model(*, features: int = 4, opset: int = 17, batch: str | None = "batch") -> bytes:
-    """y = x @ W + b: x float32 [batch, features], y float32 [batch, 2]."""
+def linear_model(
+    *, features: int = 4, opset: int = 17, batch: str | None = "batch", graph_name: str = "linear"
+) -> bytes:
+    """y = x @ W + b: x float32 [batch, features], y float32 [batch, 2]; `graph_name` makes the file's
+    digest its own."""
     weights = np.resize(WEIGHTS, (features, 2)).astype(np.float32)
     graph = helper.make_graph(
         [helper.make_node("MatMul", ["x", "W"], ["xw"]), helper.make_node("Add", ["xw", "b"], ["y"])],
-        "linear",
+        graph_name,
         [helper.make_tensor_value_info("x", TensorProto.FLOAT, [batch, features])],
         [helper.make_tensor_value_info("y", TensorProto.FLOAT, [batch, 2])],
         [numpy_helper.from_array(weights, "W"), numpy_helper.from_array(BIAS, "b")],

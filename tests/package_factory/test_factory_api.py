@@ -12,9 +12,9 @@ import pytest
 import yaml
 from django.core.files.uploadedfile import SimpleUploadedFile
 from django.test import Client
+from package_factory.models import PackageBuild
 
 from catalog.models import Capability, ComputePackage, HostCostProfile, OnnxArtifact
-from package_factory.models import PackageBuild
 from sla.models import SlaPolicy
 from tests.api.conftest import member_client, token_client
 from tests.factories import TenantFactory
@@ -44,9 +44,7 @@ def declaration(code: str = "acme-review", **prices: Any) -> dict[str, Any]:
     }
 
 
-def upload(
-    client: Client, model: bytes, spec: dict[str, Any], template: str = "contract-review"
-) -> Any:
+def upload(client: Client, model: bytes, spec: dict[str, Any], template: str = "contract-review") -> Any:
     form = {
         "model": SimpleUploadedFile("model.onnx", model, content_type="application/octet-stream"),
         "declaration": json.dumps(spec),
@@ -80,7 +78,11 @@ def test_an_upload_from_a_template_builds_the_package_its_plan_sla_and_manifests
     )
     # The template's terms where the declaration is silent.
     package = ComputePackage.objects.get(code="acme-review")
-    assert (package.owner, package.unit, package.name) == (tenant, "contract_review_event", "ACME contract review")
+    assert (package.owner, package.unit, package.name) == (
+        tenant,
+        "contract_review_event",
+        "ACME contract review",
+    )
     capability = package.capabilities.get()
     assert (capability.engine, capability.sla_timeout_ms, capability.acceptance_rule) == (
         "onnx",
@@ -102,9 +104,7 @@ def test_an_upload_from_a_template_builds_the_package_its_plan_sla_and_manifests
         Decimal("12.50"),
     )
     policy = SlaPolicy.objects.get(package=package)
-    assert sorted(
-        (o.name, o.kind, o.threshold_ms, o.target_percent) for o in policy.objectives.all()
-    ) == [
+    assert sorted((o.name, o.kind, o.threshold_ms, o.target_percent) for o in policy.objectives.all()) == [
         ("availability", "availability", None, Decimal("99.5000")),
         ("latency-p99", "latency", Decimal("300.000"), Decimal("99.0000")),
     ]
@@ -246,7 +246,10 @@ def test_a_declaration_is_checked_field_by_field() -> None:
         ({"prices": {"per_event": "twelve"}}, "prices.per_event"),
         ({"prices": {"currency": "XYZ"}}, "prices.currency"),
         ({"sla": {"availability_percent": "100"}}, "sla.availability_percent"),
-        ({"capability": {"inputs": [{"name": "x", "dtype": "float32", "shape": [0, 4]}]}}, "capability.inputs[0].shape"),
+        (
+            {"capability": {"inputs": [{"name": "x", "dtype": "float32", "shape": [0, 4]}]}},
+            "capability.inputs[0].shape",
+        ),
         ({"capability": {"acceptance_rule": "outcome_f1 >>= 1"}}, "capability"),
     ]
     for change, field in cases:
@@ -260,8 +263,10 @@ def test_a_declaration_is_checked_field_by_field() -> None:
 
     unknown = upload(client, linear_model(), declaration(), template="knitting")
     assert (unknown.status_code, unknown.json()["code"]) == (400, "template_not_found")
-    not_json = client.post(URL, data={"model": SimpleUploadedFile("m.onnx", linear_model()), "declaration": "{"})
-    assert (not_json.status_code, not_json.json()["code"]) == (400, "invalid_spec")
+    not_json = client.post(
+        URL, data={"model": SimpleUploadedFile("m.onnx", linear_model()), "declaration": "{"}
+    )
+    assert (not_json.status_code, not_json.json()["code"]) == (400, "malformed_json")
 
 
 def test_taken_codes_are_a_conflict_and_a_retry_builds_nothing_twice() -> None:
@@ -300,3 +305,36 @@ def test_read_only_members_cannot_build() -> None:
     answer = upload(token_client(TenantFactory.create(), "read_only"), linear_model(), declaration())
     assert answer.status_code == 403
     assert built_nothing()
+
+
+def test_text_at_the_column_limits_is_built_and_one_past_them_or_a_control_character_is_refused() -> None:
+    client = token_client(TenantFactory.create())
+    longest = "c" * 64
+    at_limit = declaration(longest)
+    at_limit["package"]["name"] = "n" * 200
+    at_limit["capability"] |= {"code": "k" * 64, "name": "m" * 200}
+    at_limit["package"]["unit"] = "u" * 64
+    assert upload(client, linear_model(), at_limit).status_code == 201
+    package = ComputePackage.objects.get(code=longest)
+    assert (len(package.name), len(package.unit), package.capabilities.get().model_id) == (
+        200,
+        64,
+        "onnx/" + "k" * 64,
+    )
+
+    past = [
+        ("package", "code", "p" * 65, "package.code"),
+        ("package", "name", "n" * 201, "package.name"),
+        ("package", "unit", "u" * 65, "package.unit"),
+        ("capability", "code", "k" * 65, "capability.code"),
+        ("capability", "name", "m" * 201, "capability.name"),
+        ("capability", "name", "tab\tok but bell\x07", "capability.name"),
+        ("package", "name", "null\x00", "package.name"),
+    ]
+    for part, key, value, field in past:
+        spec = declaration("other")
+        spec[part][key] = value
+        answer = upload(client, linear_model(), spec)
+        assert answer.status_code == 400, (field, answer.content)
+        assert (answer.json()["code"], answer.json()["details"]["field"]) == ("invalid_spec", field)
+    assert ComputePackage.objects.count() == 1

@@ -16,6 +16,8 @@ from decimal import Decimal
 from django.contrib.auth.models import User
 from django.test import Client
 from django.utils import timezone
+from package_factory.models import PackageBuild
+from package_factory.services import build_package
 
 from accounts.access import Principal
 from accounts.models import ApiToken, Membership, Role, Tenant
@@ -25,7 +27,7 @@ from billing.models import Dispute, Invoice, InvoiceLine, Note, Outcome
 from billing.outcomes import declare_outcome
 from billing.services import finalize_invoice, generate_invoice
 from billing.settlement import issue_note
-from catalog.models import ComputePackage
+from catalog.models import ComputePackage, HostCostProfile
 from common.periods import month_bounds
 from contracts.models import Contract, ContractPrice
 from entitlements.models import ApiKey
@@ -43,6 +45,7 @@ from sla.models import (
 )
 from sla.services import compute_report
 from tests.factories import SigningAgent, signing_agent
+from tests.package_factory.onnx_models import LINEAR_INPUTS, LINEAR_OUTPUTS, linear_model
 from webhooks.models import WebhookDelivery, WebhookDeliveryAttempt, WebhookEndpoint, WebhookEvent
 
 PASSWORD = "pw-isolation-1"
@@ -73,6 +76,7 @@ class TenantData:
     sla_report: SlaReport
     dependency: CustomerDependency
     outage: Exclusion
+    built: PackageBuild  # the tenant's own package, from its package factory
     receipt: str  # of a logged record
     missing_receipts: list[str]  # of two records served and never shipped (disputable)
     users: dict[str, User] = field(default_factory=dict)  # role → a signed-in member in that role
@@ -94,6 +98,8 @@ class TenantData:
             self.event.event_id,
             self.dependency.name,
             self.dependency.health_url,
+            self.built.package.code,
+            self.built.capability.artifact_id or "",
             *self.record_ids,
             *(token.prefix for token in self.token_rows.values()),
             *(user.username for user in self.users.values()),
@@ -156,6 +162,7 @@ def build_tenant(label: str, *, records: int = RECORDS) -> TenantData:
     webhook, event, delivery = _webhook(tenant, label)
     dependency, outage = _dependency(contract, label)
     report = compute_report(contract, MONTH, now=datetime(2026, 12, 2, tzinfo=UTC))
+    built = _built_package(owner, label)
 
     return TenantData(
         label=label,
@@ -178,12 +185,34 @@ def build_tenant(label: str, *, records: int = RECORDS) -> TenantData:
         sla_report=report,
         dependency=dependency,
         outage=outage,
+        built=built,
         receipt=agent.receipt(batch[0]),
         missing_receipts=[agent.receipt(r) for r in never_shipped],
         users=users,
         tokens={role: token.secret for role, token in issued.items()},
         token_rows={role: token.token for role, token in issued.items()},
     )
+
+
+def _built_package(owner: Principal, label: str) -> PackageBuild:
+    """A package of the tenant's own, built by the package factory from a model only it uploaded."""
+    HostCostProfile.objects.get_or_create(
+        host_class="tenant-data-cpu",
+        defaults={
+            "currency": "CNY",
+            "depreciation_per_hour": Decimal(2),
+            "power_per_hour": Decimal(0),
+            "operations_per_hour": Decimal(1),
+        },
+    )
+    declaration = {
+        "package": {"code": f"{label}-built", "name": f"{label.title()} built package"},
+        "capability": {"code": f"{label}-built-scorer", "inputs": LINEAR_INPUTS, "outputs": LINEAR_OUTPUTS},
+        "prices": {"events_per_month": 1000},
+        "host_class": "tenant-data-cpu",
+    }
+    model = linear_model(graph_name=f"{label}-scorer")
+    return build_package(owner, declaration, model, template_code="contract-review")
 
 
 def _dependency(contract: Contract, label: str) -> tuple[CustomerDependency, Exclusion]:
