@@ -7,6 +7,7 @@ none of the English words a customer would see if a message were left untranslat
 
 from __future__ import annotations
 
+import json
 import re
 from collections.abc import Iterator
 from pathlib import Path
@@ -61,6 +62,12 @@ def data_strings(d: TenantData) -> list[str]:
             d.api_key.name,
             d.event.event_id,
             d.agent.agent_id,
+            # The package the tenant built: its declaration's words and the manifests, shown verbatim.
+            d.built.package.name,
+            d.built.package.description,
+            d.built.compose_service,
+            d.built.kubernetes_manifest,
+            json.dumps(d.built.executor_config, indent=2),
             *(p.name for p in SlaPolicy.objects.filter(contract=d.contract)),
             *(o.name for o in Objective.objects.filter(policy__contract=d.contract)),
         }
