@@ -96,15 +96,15 @@ class Admission:
         quota reservation; a refusal raises ApiError (the caller records it)."""
         request = parse_request(route, body)
         check_rules(self.rules, route, body)
-        if request.model not in self.engine.served_names:
-            raise model_not_found(request.model)
+        if request.model not in self.engine.served_names or not entitlement.reaches(self.engine.model_id):
+            raise model_not_found(request.model)  # another package's model is as unknown as none
         given = request.prompt
         prompt = given if isinstance(given, str) else self.engine.chat_prompt(given)
         tokens_in = self.engine.count_tokens(prompt)
         self._check_context(request, tokens_in, "prompt" if isinstance(given, str) else "messages")
         path = path or self.rules.path_for(entitlement.package, entitlement.sla_class)
         worst_case = tokens_in + request.n * request.sampling.max_tokens
-        reservation = self._reserve(entitlement, worst_case, now_ns)
+        reservation = self.reserve(entitlement, worst_case, now_ns)
         return Admitted(request, prompt, tokens_in, path, reservation)
 
     def _check_context(self, request: CompletionRequest, tokens_in: int, param: str) -> None:
@@ -120,7 +120,8 @@ class Admission:
                 param,
             )
 
-    def _reserve(self, entitlement: Entitlement, tokens: int, now_ns: int) -> Reservation:
+    def reserve(self, entitlement: Entitlement, tokens: int, now_ns: int) -> Reservation:
+        """Hold ``tokens`` of the key's quota; refused with 429, or 503 when no lease can be had."""
         try:
             reservation = self.quota.reserve(entitlement, tokens, now_ns)
         except LeaseUnavailable:

@@ -1,8 +1,9 @@
 """The OpenAI-compatible HTTP API (FastAPI): /v1/completions, /v1/chat/completions, /v1/models,
-/v1/models/{id}, /metrics. Every answer carries ``x-request-id`` (the request's record id), every
-metered one its receipt (``Treemeter-Receipt``; a stream's in its last finish chunk), and every
-error OpenAI's shape, unknown paths and methods included. A client that goes away cancels its request:
-a stream when its connection closes, a whole answer while it is being generated."""
+/v1/models/{id}, /metrics, and with ONNX capabilities /v1/capabilities/{code}/invocations. Every answer
+carries ``x-request-id`` (the request's record id), every metered one its receipt (``Treemeter-Receipt``;
+a stream's in its last finish chunk), and every error OpenAI's shape, unknown paths and methods included.
+A client that goes away cancels its request: a stream when its connection closes, a whole answer while it
+is being generated."""
 
 from __future__ import annotations
 
@@ -12,6 +13,8 @@ import threading
 from collections.abc import AsyncIterator
 from typing import Any
 
+import numpy
+import orjson
 from fastapi import FastAPI, Request
 from fastapi.concurrency import run_in_threadpool
 from fastapi.responses import JSONResponse, Response, StreamingResponse
@@ -22,6 +25,8 @@ from treemeter_records import new_record_id
 from treemeter_records.receipts import RECEIPT_HEADER
 
 from .admission import model_not_found
+from .capabilities import ROUTE as CAPABILITY_ROUTE
+from .entitlements import Entitlement
 from .metering import Trip
 from .service import AgentService
 from .tree.decision import DECISION_HEADER
@@ -48,11 +53,26 @@ def create_app(service: AgentService) -> FastAPI:
     app = FastAPI(title="Treemeter compute agent", docs_url=None, redoc_url=None)
     app.add_exception_handler(HTTPException, http_error)
 
-    def refused(error: ApiError, trip: Trip) -> Response:
-        headers = {**error.headers, "x-request-id": trip.record_id}
-        if trip.receipt is not None:  # refused with a record (rejected, or an engine error): receipted too
+    def metered(trip: Trip) -> dict[str, str]:
+        """The headers of an answer: its record id, and its receipt once it has a record."""
+        headers = {"x-request-id": trip.record_id}
+        if trip.receipt is not None:
             headers[RECEIPT_HEADER] = trip.receipt
-        return JSONResponse(error.body(), status_code=error.status, headers=headers)
+        return headers
+
+    def refused(error: ApiError, trip: Trip) -> Response:
+        # Refused with a record (rejected, or an engine error): receipted too.
+        return JSONResponse(
+            error.body(), status_code=error.status, headers={**error.headers, **metered(trip)}
+        )
+
+    def authenticate(request: Request, trip: Trip) -> Entitlement:
+        """The key's entitlement; a refusal (no record) is counted and raised."""
+        try:
+            return service.authenticate(request.headers.get("authorization"))
+        except ApiError as error:
+            service.metrics.requests.labels(trip.route, f"http_{error.status}").inc()
+            raise
 
     async def serve(request: Request, route: str) -> Response:
         given = request.headers.get("x-request-id")
@@ -66,14 +86,10 @@ def create_app(service: AgentService) -> FastAPI:
                 return refused(error, Trip(route, "", new_record_id()))
             trip = Trip.routed(route, new_client_request_id(given, routed.claims["record_id"]), routed)
         try:
-            entitlement = service.authenticate(request.headers.get("authorization"))
+            entitlement = authenticate(request, trip)
         except ApiError as error:
-            service.metrics.requests.labels(route, f"http_{error.status}").inc()
             return refused(error, trip)
-        try:
-            body: Any = await request.json()
-        except ValueError:
-            body = None
+        body = await json_body(request)
         cancelled = threading.Event()
         try:
             if isinstance(body, dict) and body.get("stream") is True:
@@ -86,9 +102,7 @@ def create_app(service: AgentService) -> FastAPI:
             )
         except ApiError as error:
             return refused(error, trip)
-        headers = {"x-request-id": trip.record_id}
-        if trip.receipt is not None:
-            headers[RECEIPT_HEADER] = trip.receipt
+        headers = metered(trip)
         if trip.decision is not None and trip.experts:  # for the router's next preheats of this domain
             headers[EXPERTS_HEADER] = experts_header(trip.experts)
         return JSONResponse(answer, headers=headers)
@@ -149,11 +163,38 @@ def create_app(service: AgentService) -> FastAPI:
             return JSONResponse(error.body(), status_code=error.status, headers=headers)
         return JSONResponse(model_card(model), headers=headers)
 
+    capabilities = service.capabilities
+    if capabilities is not None:  # a stand-alone agent only: an L1 router does not route capabilities
+
+        @app.post(CAPABILITY_ROUTE)
+        async def invoke_capability(code: str, request: Request) -> Response:
+            record_id = new_record_id()
+            given = request.headers.get("x-request-id")
+            trip = Trip(CAPABILITY_ROUTE, new_client_request_id(given, record_id), record_id)
+            try:
+                entitlement = authenticate(request, trip)
+                body = await json_body(request)
+                answer = await run_in_threadpool(capabilities.invoke, trip, entitlement, code, body)
+            except ApiError as error:
+                return refused(error, trip)
+            # The outputs' arrays as JSON lists (orjson's own, or through tolist for a 0-d array; a
+            # non-finite float as null).
+            content = orjson.dumps(answer, option=orjson.OPT_SERIALIZE_NUMPY, default=numpy.ndarray.tolist)
+            return Response(content, media_type="application/json", headers=metered(trip))
+
     @app.get("/metrics")
     async def metrics() -> Response:
         return Response(generate_latest(service.metrics.registry), media_type=CONTENT_TYPE_LATEST)
 
     return app
+
+
+async def json_body(request: Request) -> Any:
+    """The request's JSON body; None when it is not JSON (admission refuses it, with a record)."""
+    try:
+        return await request.json()
+    except ValueError:
+        return None
 
 
 async def until_done_or_gone(request: Request, cancelled: threading.Event, work: Any) -> Any:

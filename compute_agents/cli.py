@@ -182,6 +182,7 @@ def _settings(args: argparse.Namespace) -> Any:
         router_key=args.router_key,
         subtree=args.subtree,
         advertise_url=args.advertise_url or (f"http://{args.host}:{args.port}" if args.router_url else None),
+        onnx_config=Path(args.onnx_config) if args.onnx_config else None,
     )
 
 
@@ -192,6 +193,7 @@ def serve(args: argparse.Namespace) -> int:
     from .entitlements import SnapshotError
     from .logs import configure_logging
     from .manifest_signature import ManifestRefused
+    from .onnx_executor import CapabilityConfigError
     from .runtime import build_agent, report_manifest_refusal
 
     configure_logging()
@@ -202,6 +204,9 @@ def serve(args: argparse.Namespace) -> int:
         agent.start()
     except SnapshotError as error:
         print(f"no entitlements: {error}", file=sys.stderr)
+        return 1
+    except CapabilityConfigError as error:
+        print(f"onnx config refused: {error}", file=sys.stderr)
         return 1
     except ManifestRefused as refused:
         print(f"manifest refused ({refused.reason}): {refused}", file=sys.stderr)
@@ -477,6 +482,11 @@ def parser() -> argparse.ArgumentParser:
     run.add_argument("--subtree", default="default", help="the router's subtree this executor serves")
     run.add_argument(
         "--advertise-url", help="where the router reaches this executor (default: --host/--port)"
+    )
+    run.add_argument(
+        "--onnx-config",
+        default=os.environ.get("TREEMETER_ONNX_CONFIG"),
+        help="the ONNX capabilities to serve: the executor config (JSON) the package factory wrote",
     )
 
     tree = commands.add_parser("router", help="the L1 router: decide, choose an executor, relay, fail over")

@@ -51,6 +51,21 @@ class Entitlement:
     sla_class: str
     quota_tokens: int | None
     status: str
+    # The model ids the key's compute package reaches (the snapshot's optional ``models``); empty: any.
+    models: frozenset[str] = frozenset()
+
+    @classmethod
+    def from_snapshot(cls, entry: dict[str, Any]) -> Entitlement:
+        """One key of the signed snapshot."""
+        models = entry.get("models") or []
+        if not isinstance(models, list) or not all(isinstance(model, str) for model in models):
+            raise SnapshotError(f"key {entry.get('prefix')!r}: models must be a list of model ids")
+        fields = {name: entry[name] for name in cls.__dataclass_fields__ if name != "models"}
+        return cls(**fields, models=frozenset(models))
+
+    def reaches(self, model_id: str) -> bool:
+        """Whether the key's package may use the model ``model_id`` (no list: every model)."""
+        return not self.models or model_id in self.models
 
 
 class EntitlementStore:
@@ -89,10 +104,7 @@ class EntitlementStore:
             raise SnapshotError("the entitlement snapshot is for another agent or version")
         if snapshot["issued_ns"] < self.issued_ns:
             raise SnapshotError("the entitlement snapshot is older than the one in use")
-        self.keys = {
-            k["key_hash"]: Entitlement(**{f: k[f] for f in Entitlement.__dataclass_fields__})
-            for k in snapshot["keys"]
-        }
+        self.keys = {k["key_hash"]: Entitlement.from_snapshot(k) for k in snapshot["keys"]}
         self.model_keys = list(snapshot.get("model_keys", ()))
         self.issued_ns = snapshot["issued_ns"]
         self.refresh_s = float(snapshot.get("refresh_s", 30))

@@ -8,7 +8,7 @@ from __future__ import annotations
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Protocol
 
 import torch
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
@@ -79,6 +79,33 @@ class Trip:
 
 
 @dataclass(frozen=True)
+class Usage:
+    """What a request used, as its record states it: a generation's tokens, experts and caches, or a
+    capability call's items (docs/agent.md); L2 and L3 time in µs."""
+
+    tokens_in: int = 0
+    tokens_out: int = 0
+    experts: list[dict[str, int]] = field(default_factory=list)
+    prefix_cache_hit_tokens: int = 0
+    prefix_cache_write_tokens: int = 0
+    expert_cache_hits: int = 0
+    expert_cache_misses: int = 0
+    l2_us: int = 0
+    l3_us: int = 0
+    ran: bool = False  # something was produced: its tokens, experts and layer latencies are counted
+
+
+class ServedModel(Protocol):
+    """What a record names as the model that ran: the engine's checkpoint, or a capability's model."""
+
+    @property
+    def model_id(self) -> str: ...
+
+    @property
+    def weights_sha3(self) -> str: ...
+
+
+@dataclass(frozen=True)
 class AgentIdentity:
     agent_id: str
     node: str  # this host's L3 node name
@@ -119,28 +146,55 @@ class Meter:
         """Build, spool and count the record of a request's ``choices`` (none when nothing was
         generated); ``reservation``'s key is charged the tokens used. The prompt counts once, as in
         OpenAI's usage, and the experts of every choice (each ran its own forward passes)."""
+        usage = self._usage_of(choices) if choices else Usage(tokens_in=tokens_in)
+        return self.record_usage(trip, entitlement, usage, status, path, reservation=reservation)
+
+    def _usage_of(self, choices: Sequence[Generation]) -> Usage:
+        routed = torch.cat([choice.routed for choice in choices])
+        first = choices[0]
+        return Usage(
+            tokens_in=first.tokens_in,
+            tokens_out=sum(choice.tokens_out for choice in choices),
+            experts=expert_counts(routed, self.engine.num_experts),
+            prefix_cache_hit_tokens=first.prefix_cache_hit_tokens,
+            prefix_cache_write_tokens=first.prefix_cache_write_tokens,
+            expert_cache_hits=sum(choice.expert_cache_hits for choice in choices),
+            expert_cache_misses=sum(choice.expert_cache_misses for choice in choices),
+            l2_us=sum(choice.l2_us for choice in choices),
+            l3_us=sum(choice.l3_us for choice in choices),
+            ran=True,
+        )
+
+    def record_usage(
+        self,
+        trip: Trip,
+        entitlement: Entitlement,
+        usage: Usage,
+        status: str,
+        path: tuple[str, ...],
+        *,
+        reservation: Reservation | None = None,
+        model: ServedModel | None = None,
+    ) -> dict[str, Any]:
+        """Build, spool and count the record of what a request used on ``model`` (default: the engine's
+        checkpoint); ``reservation``'s key is charged its tokens in and out."""
+        model = model or self.engine
         l1_in = trip.l1_in_us or trip.l1_so_far_us()
-        experts: list[dict[str, int]] = []
-        tokens_out = hits = misses = cached = written = l2 = l3 = 0
-        if choices:
-            routed = torch.cat([choice.routed for choice in choices])
-            experts = expert_counts(routed, self.engine.num_experts)
-            tokens_in, cached = choices[0].tokens_in, choices[0].prefix_cache_hit_tokens
-            written = choices[0].prefix_cache_write_tokens
-            for choice in choices:
-                tokens_out += choice.tokens_out
-                hits, misses = hits + choice.expert_cache_hits, misses + choice.expert_cache_misses
-                l2, l3 = l2 + choice.l2_us, l3 + choice.l3_us
-        hop_latency = {"L2": l2, "L3": l3}
+        hop_latency = {"L2": usage.l2_us, "L3": usage.l3_us}
         nodes = {"L1": trip.l1_node or self.l1_node, "L2": self.identity.cache_node, "L3": self.identity.node}
         end_ns = time.time_ns()
-        l1_out = max(0, (end_ns - trip.start_ns) // 1000 - l1_in - l2 - l3)
+        l1_out = max(0, (end_ns - trip.start_ns) // 1000 - l1_in - usage.l2_us - usage.l3_us)
         hops = []
         for index, layer in enumerate(path):
             latency = (l1_in if index == 0 else l1_out) if layer == "L1" else hop_latency[layer]
             hops.append({"layer": layer, "node": nodes[layer], "latency_us": latency})
         charge = (
-            QuotaCharge(reservation.key_hash, reservation.period, tokens_in + tokens_out, reservation.lease)
+            QuotaCharge(
+                reservation.key_hash,
+                reservation.period,
+                usage.tokens_in + usage.tokens_out,
+                reservation.lease,
+            )
             if reservation is not None
             else None
         )
@@ -155,19 +209,19 @@ class Meter:
                 package=entitlement.package,
                 sla_class=entitlement.sla_class,
                 client_request_id=trip.client_request_id,
-                model_id=self.engine.model_id,
-                weights_sha3=self.engine.weights_sha3,
+                model_id=model.model_id,
+                weights_sha3=model.weights_sha3,
                 start_ns=trip.start_ns,
                 end_ns=end_ns,
                 clock_drift_us=self.entitlements.clock_drift_us,
-                tokens_in=tokens_in,
-                tokens_out=tokens_out,
+                tokens_in=usage.tokens_in,
+                tokens_out=usage.tokens_out,
                 hops=hops,
-                experts=experts,
-                prefix_cache_hit_tokens=cached,
-                prefix_cache_write_tokens=written,  # left out of the record when 0
-                expert_cache_hits=hits,
-                expert_cache_misses=misses,
+                experts=usage.experts,
+                prefix_cache_hit_tokens=usage.prefix_cache_hit_tokens,
+                prefix_cache_write_tokens=usage.prefix_cache_write_tokens,  # left out of the record when 0
+                expert_cache_hits=usage.expert_cache_hits,
+                expert_cache_misses=usage.expert_cache_misses,
                 status=status,
             )
             if trip.decision is None:
@@ -181,16 +235,16 @@ class Meter:
         except SpoolFull as full:
             raise ApiError(503, "server_error", "spool_full", str(full)) from None
         record = spooled.record
-        self._observe(trip, record, bool(choices))
+        self._observe(trip, record, usage.ran)
         trip.experts = record["experts"]
         if self.identity.key is not None:
             trip.receipt = make_receipt(self.identity.key, record, spooled.line)
         return record
 
-    def _observe(self, trip: Trip, record: dict[str, Any], generated: bool) -> None:
+    def _observe(self, trip: Trip, record: dict[str, Any], ran: bool) -> None:
         m = self.metrics
         m.requests.labels(trip.route, record["status"]).inc()
-        if not generated:
+        if not ran:
             return
         m.tokens.labels("in").inc(record["tokens_in"])
         m.tokens.labels("out").inc(record["tokens_out"])

@@ -18,6 +18,7 @@ from .entitlements import EntitlementStore
 from .leases import LeaseClient, LeasedQuotaBook
 from .manifest_signature import ManifestRefused
 from .metrics import AgentMetrics
+from .onnx_executor import OnnxExecutor
 from .router import DEFAULT_SUBTREE, Rules
 from .service import AgentIdentity, AgentService
 from .shipper import Shipper
@@ -57,6 +58,7 @@ class AgentSettings:
     subtree: str = DEFAULT_SUBTREE
     advertise_url: str | None = None  # where the router reaches this executor
     heartbeat_s: float = 0.5
+    onnx_config: Path | None = None  # ONNX capabilities served beside the engine (a stand-alone agent)
 
 
 @dataclass
@@ -86,6 +88,8 @@ class Agent:
     def stop(self) -> None:
         if self.heartbeat is not None:
             self.heartbeat.stop()
+        if self.service.capabilities is not None:
+            self.service.capabilities.executor.close()
         self.entitlements.stop()
         if self.leases is not None:
             self.leases.close()
@@ -161,6 +165,16 @@ def open_shipper(
 
 
 def build_agent(settings: AgentSettings, seed: bytes) -> Agent:
+    """The agent; an ONNX config it cannot serve (``CapabilityConfigError``) is refused first."""
+    if settings.onnx_config is not None and settings.router_url:
+        raise SystemExit(
+            "--onnx-config is for a stand-alone agent: an L1 router does not route capabilities."
+        )
+    onnx = (
+        OnnxExecutor.from_config(settings.onnx_config, settings.workers)
+        if settings.onnx_config is not None
+        else None
+    )
     key = private_key_from_seed(seed)
     entitlements = open_entitlements(settings.platform_url, settings.agent_id, key, settings.data_dir)
     entitlements.load()  # before the checkpoint: its manifest's signature is checked with the snapshot's keys
@@ -216,6 +230,7 @@ def build_agent(settings: AgentSettings, seed: bytes) -> Agent:
         metrics,
         leases,
         decisions,
+        onnx,
     )
     shipper = open_shipper(
         spool, settings.platform_url, settings.agent_id, key, settings.batch_size, settings.batch_age_s

@@ -25,11 +25,13 @@ import structlog
 
 from . import wire
 from .admission import Admission, Admitted
+from .capabilities import CapabilityService
 from .engine import Engine, Generation, RoutingCaptureInvalid
 from .entitlements import Entitlement, EntitlementStore, Quota, QuotaBook
 from .expert_cache import ExpertIntegrityError
 from .metering import AgentIdentity, Meter, Trip
 from .metrics import AgentMetrics
+from .onnx_executor import OnnxExecutor
 from .router import Rules
 from .spool import Spool
 from .tree.decision import DecisionReader
@@ -54,6 +56,7 @@ class AgentService:
         metrics: AgentMetrics,
         quota: Quota | None = None,
         decisions: DecisionReader | None = None,
+        onnx: OnnxExecutor | None = None,
     ) -> None:
         self.identity = identity
         self.decisions = decisions  # behind an L1 router: only requests it decided are served
@@ -67,6 +70,8 @@ class AgentService:
         self.metrics = metrics
         self.admission = Admission(engine, spool, entitlements, rules, self.quota)
         self.meter = Meter(identity, engine, spool, entitlements, rules.node, metrics)
+        # ONNX capabilities (``serve --onnx-config``), served beside the engine's completions.
+        self.capabilities = CapabilityService(onnx, self.admission, self.meter) if onnx is not None else None
 
     def authenticate(self, authorization: str | None) -> Entitlement:
         return self.admission.authenticate(authorization)

@@ -156,7 +156,7 @@ class RouterService:
                 raise ApiError(
                     503, "server_error", "no_executor", "No executor has reported to this router yet."
                 )
-            if self.registry.model_card(request.model) is None:
+            if self._card(entitlement, request.model) is None:
                 raise model_not_found(request.model)
         except ApiError as error:
             raise self._refuse(error, entitlement, body, start_ns, mark) from None
@@ -171,10 +171,16 @@ class RouterService:
     ) -> ApiError:
         """A refusal after authentication: an unbilled ``rejected`` record (``error`` for a 5xx)."""
         model = body.get("model") if isinstance(body, dict) else None
-        model_name = model if isinstance(model, str) else ""
+        model_name = model if isinstance(model, str) and self._card(entitlement, model) else ""
         status = "error" if error.status >= 500 else "rejected"
         error.headers.update(self._record(entitlement, model_name, start_ns, _since(mark), status))
         return error
+
+    def _card(self, entitlement: Entitlement, model: str) -> Heartbeat | None:
+        """The card of the model a request names, if some executor serves it and the key's package may
+        reach it: another package's model is as unknown as one nobody serves, in the answer and the record."""
+        card = self.registry.model_card(model)
+        return card if card is not None and entitlement.reaches(card.model_id) else None
 
     def headers_for(
         self,

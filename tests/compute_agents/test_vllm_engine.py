@@ -4,7 +4,6 @@ In `make test` vLLM is absent and this module is skipped; `make test-vllm` runs 
 
 from __future__ import annotations
 
-import json
 import os
 import time
 from concurrent.futures import ThreadPoolExecutor
@@ -22,10 +21,8 @@ from openai.types.chat import ChatCompletionMessageParam
 
 from compute_agents.checkpoint import TinySizes, create_tiny_model
 from compute_agents.engine import expert_counts
-from compute_agents.entitlements import EntitlementStore
-from compute_agents.metrics import AgentMetrics
 from compute_agents.router import Rules
-from compute_agents.service import AgentIdentity, AgentService, Trip
+from compute_agents.service import AgentService, Trip
 from compute_agents.spool import Spool
 from compute_agents.tree.app import create_router_app
 from compute_agents.tree.decision import DecisionReader
@@ -38,7 +35,8 @@ from compute_agents.vllm_engine import VllmEngine
 from tests.compute_agents.model_sizes import greedy
 from tests.compute_agents.openai_server import record, serving, serving_app
 from tests.compute_agents.publisher import publish, trust
-from treemeter_records import check_record_signatures, private_key_from_seed, protocol, record_signing_bytes
+from tests.compute_agents.signed_snapshot import local_agent, signed_store, snapshot_key
+from treemeter_records import check_record_signatures, private_key_from_seed, record_signing_bytes
 
 SIZES = TinySizes(
     hidden=128, layers=2, experts=8, top_k=2, moe_intermediate=64, heads=4, kv_heads=2, vocab=512
@@ -93,42 +91,7 @@ API_KEY = "tmk_vllm-test-key"
 LONG = 512
 
 
-PLATFORM = private_key_from_seed(os.urandom(32))
-
-
-def signed_store(tmp_path: Path, agent_id: str) -> EntitlementStore:
-    """A real signed snapshot of KEYS for ``agent_id``, from its disk cache (the platform unreachable)."""
-    snapshot = {
-        "v": 1,
-        "agent_id": agent_id,
-        "issued_ns": time.time_ns(),
-        "refresh_s": 30,
-        "keys": [
-            {
-                "key_hash": protocol.api_key_hash(key),
-                "prefix": key[:12],
-                "tenant": "acme",
-                "contract": "acme-2026",
-                "package": "review",
-                "sla_class": "gold",
-                "quota_tokens": quota,
-                "quota_period": "month",
-                "status": status,
-            }
-            for key, (status, quota) in KEYS.items()
-        ],
-    }
-    tmp_path.mkdir(parents=True, exist_ok=True)
-    cache = tmp_path / "entitlements.json"
-    cache.write_text(
-        json.dumps({"snapshot": snapshot, "signature": protocol.sign_snapshot(PLATFORM, snapshot)})
-    )
-    store = EntitlementStore(
-        "http://127.0.0.1:9", agent_id, private_key_from_seed(os.urandom(32)), PLATFORM.public_key(), cache
-    )
-    store.start()
-    store.stop()
-    return store
+SNAPSHOT_KEYS = [snapshot_key(key, status=status, quota=quota) for key, (status, quota) in KEYS.items()]
 
 
 def vllm_service(
@@ -136,17 +99,7 @@ def vllm_service(
 ) -> AgentService:
     """The agent's request path on the vLLM engine: a real signed snapshot and the durable spool;
     behind a router with ``decisions`` (and its ``key``, which signs the v2 records)."""
-    store = signed_store(tmp_path, "gpu-v")
-    spool = Spool(tmp_path / "spool.sqlite3")
-    return AgentService(
-        AgentIdentity("gpu-v", node="gpu-v.l3", cache_node="gpu-v.l2", key=key),
-        engine,
-        spool,
-        store,
-        Rules.load(None),
-        AgentMetrics(spool.status, store.age_s),
-        decisions=decisions,
-    )
+    return local_agent(engine, tmp_path, "gpu-v", SNAPSHOT_KEYS, key=key, decisions=decisions)
 
 
 def test_the_vllm_engine_behind_the_l1_router(engine: VllmEngine, tmp_path: Path) -> None:
@@ -161,7 +114,7 @@ def test_the_vllm_engine_behind_the_l1_router(engine: VllmEngine, tmp_path: Path
         "router-v",
         router_key,
         Rules.load(None),
-        signed_store(tmp_path / "router", "router-v"),
+        signed_store(tmp_path / "router", "router-v", SNAPSHOT_KEYS),
         router_spool,
         Registry(),
         {"gpu-v": executor_key.public_key()},
