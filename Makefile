@@ -5,7 +5,7 @@ PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed-stamp
 WITH_SERVICES := $(PY) -m tools.testenv --
 
-.PHONY: install run test test-fast lint typecheck check migrate bench bench-verify bench-invoices bench-api bench-tree bench-scheduler clean-data test-browser test-isolation schemathesis
+.PHONY: install run test test-fast lint typecheck check migrate bench bench-verify bench-invoices bench-api bench-factory bench-tree bench-scheduler clean-data test-browser test-isolation schemathesis
 
 install: $(STAMP)
 
@@ -67,6 +67,10 @@ bench-api: install
 ## Invoice run over 10M records / 1,000 contracts against a bare GROUP BY (ARGS="--records 2000000" to shrink).
 bench-invoices: install
 	$(WITH_SERVICES) $(PY) bench/invoice_run.py $(ARGS)
+
+## The package factory: from an ONNX upload to the first billed request, phase by phase (3 runs).
+bench-factory: install
+	$(WITH_SERVICES) $(PY) bench/factory.py $(ARGS)
 
 ## The serving tree on real processes: router ÷ direct tokens/s, decision p99, kill → next answer, RSS.
 bench-tree: install
