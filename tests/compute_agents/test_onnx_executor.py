@@ -7,12 +7,14 @@ from __future__ import annotations
 
 import hashlib
 import json
+import signal
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 import onnx
 import pytest
+import structlog
 from fastapi.testclient import TestClient
 from onnx import TensorProto, helper, numpy_helper
 
@@ -314,6 +316,11 @@ def test_a_config_the_model_does_not_match_is_refused_at_start(
         OnnxExecutor.from_config(config)
     # serve refuses it before anything else, with the reason and a non-zero exit.
     argv = ["--key-file", str(tmp_path / "agent.key"), "serve", "--agent-id", "gpu-x"]
-    assert main([*argv, "--data-dir", str(tmp_path / "agent"), "--onnx-config", str(config)]) == 1
+    sigterm = signal.getsignal(signal.SIGTERM)
+    try:
+        assert main([*argv, "--data-dir", str(tmp_path / "agent"), "--onnx-config", str(config)]) == 1
+    finally:  # serve set up its JSON logs (on this test's captured stderr) and its SIGTERM handler
+        structlog.reset_defaults()
+        signal.signal(signal.SIGTERM, sigterm)
     error = capsys.readouterr().err
     assert error.startswith(f"onnx config refused: {config}: capabilities[0]")
