@@ -30,7 +30,9 @@ def measure_seconds_per_event(model: bytes, inputs: tuple[TensorSpec, ...]) -> D
     options.intra_op_num_threads = 1
     options.inter_op_num_threads = 1
     options.log_severity_level = 3
-    feed = {t.name: np.zeros([d or 1 for d in t.shape], dtype=NUMPY_DTYPES[t.dtype]) for t in inputs}
+    feed: dict[str, np.ndarray] = {
+        t.name: np.zeros([d or 1 for d in t.shape], dtype=NUMPY_DTYPES[t.dtype]) for t in inputs
+    }
     try:
         session = onnxruntime.InferenceSession(model, options, providers=["CPUExecutionProvider"])
         session.run(None, feed)

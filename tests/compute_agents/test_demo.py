@@ -5,6 +5,8 @@ scale."""
 from __future__ import annotations
 
 from io import StringIO
+from pathlib import Path
+from typing import Any
 
 import pytest
 from django.core.management import call_command
@@ -15,10 +17,22 @@ from catalog.models import HostCostProfile, PackagePlan
 from clickhouse_store import query
 from common.periods import month_bounds, month_of, previous_month
 from demo.history import HISTORY_AGENT_ID
+from package_factory.models import PackageBuild
 from scheduling.models import SchedulerEvent
 from sla.models import SlaReport
 
-pytestmark = [pytest.mark.usefixtures("clickhouse"), pytest.mark.django_db(transaction=True)]
+pytestmark = [
+    pytest.mark.usefixtures("clickhouse", "own_data_dir"),
+    pytest.mark.django_db(transaction=True),
+]
+
+
+@pytest.fixture
+def own_data_dir(settings: Any, tmp_path: Path) -> None:
+    """Each test's `make run` keeps its agents' keys, spools and logs apart: in the test run's one data
+    directory, one test's agents would ship the other's spooled records into its platform."""
+    settings.DATA_DIR = tmp_path / "data"
+    settings.DATA_DIR.mkdir()
 
 
 def test_run_demo_invoices_what_the_tree_served_and_its_burst_borrows_and_scales() -> None:
@@ -32,6 +46,14 @@ def test_run_demo_invoices_what_the_tree_served_and_its_burst_borrows_and_scales
     )
     text = out.getvalue()
     assert "8 × HTTP 200, 1 × HTTP 400, 1 × HTTP 401" in text
+    built = PackageBuild.objects.get(package__code="acme-claims")  # the package factory's demo package
+    assert (built.tenant.code, built.package.owner, built.template) == (
+        "acme-legal",
+        built.tenant,
+        "insurance-claim-documents",
+    )
+    assert "Package factory: acme-claims (acme-legal's own) built from the insurance-claim-documents" in text
+    assert built.quote["formula"] in text
     rows = query.select(
         f"SELECT contract, count(), countIf(status = 'ok') FROM {query.RECORDS} "
         "WHERE NOT startsWith(client_request_id, 'burst-') GROUP BY contract"
@@ -91,7 +113,12 @@ def test_run_demo_sends_its_history_once_with_terms_for_every_page() -> None:
     )
     assert history > 100 and history_ok > 0.9 * history
     assert f"History (3 days before today): {history:,} records signed and ingested" in first.getvalue()
-    packages = {"contract-review", "patient-matching", "batch-summaries"}
+    packages = {
+        "contract-review",
+        "patient-matching",
+        "batch-summaries",
+        "acme-claims",
+    }  # acme-claims: the factory's
     assert set(PackagePlan.objects.filter(active=True).values_list("package__code", flat=True)) == packages
     assert HostCostProfile.objects.filter(host_class="cpu-demo").exists()
     reports = SlaReport.objects.select_related("contract__package__sla_policy")

@@ -8,10 +8,10 @@ from decimal import Decimal
 import pytest
 from django.core.files.uploadedfile import SimpleUploadedFile
 from django.urls import reverse
-from package_factory.models import PackageBuild
-from package_factory.templates import template
 
 from catalog.models import ComputePackage, HostCostProfile
+from package_factory.models import PackageBuild
+from package_factory.templates import template
 from tests.factories import TenantFactory
 from tests.frontend.support import member
 from tests.package_factory.onnx_models import linear_model
@@ -83,7 +83,7 @@ def test_an_upload_builds_the_package_and_shows_its_quote_and_manifests() -> Non
     shown = client.get(answer["Location"]).content.decode()
     assert build.quote["formula"] in shown
     assert f"{build.quote['base_fee']} CNY" in shown and "(the proposal)" in shown
-    assert build.capability.artifact_id in shown and "kind: Deployment" in shown
+    assert f"SHA-256 {build.capability.artifact_id}" in shown and "kind: Deployment" in shown
     listed = client.get(reverse("portal-factory")).content.decode()
     assert reverse("portal-factory-build", args=["acme-faults"]) in listed
     assert 'data-testid="package-acme-faults"' in client.get(reverse("portal-packages")).content.decode()

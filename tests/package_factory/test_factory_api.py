@@ -12,9 +12,9 @@ import pytest
 import yaml
 from django.core.files.uploadedfile import SimpleUploadedFile
 from django.test import Client
-from package_factory.models import PackageBuild
 
 from catalog.models import Capability, ComputePackage, HostCostProfile, OnnxArtifact
+from package_factory.models import PackageBuild
 from sla.models import SlaPolicy
 from tests.api.conftest import member_client, token_client
 from tests.factories import TenantFactory
@@ -241,7 +241,7 @@ def test_bad_models_are_refused_naming_the_problem_and_nothing_is_built(
 
 def test_a_declaration_is_checked_field_by_field() -> None:
     client = token_client(TenantFactory.create())
-    cases = [
+    cases: list[tuple[dict[str, dict[str, Any]], str]] = [
         ({"package": {"code": "Bad Code"}}, "package.code"),
         ({"prices": {"per_event": "twelve"}}, "prices.per_event"),
         ({"prices": {"currency": "XYZ"}}, "prices.currency"),

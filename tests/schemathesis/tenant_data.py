@@ -16,8 +16,6 @@ from decimal import Decimal
 from django.contrib.auth.models import User
 from django.test import Client
 from django.utils import timezone
-from package_factory.models import PackageBuild
-from package_factory.services import build_package
 
 from accounts.access import Principal
 from accounts.models import ApiToken, Membership, Role, Tenant
@@ -34,6 +32,8 @@ from entitlements.models import ApiKey
 from entitlements.services import issue_api_key
 from ledger.models import Checkpoint
 from ledger.services import publish_checkpoint
+from package_factory.models import PackageBuild
+from package_factory.services import build_package
 from sla.models import (
     CreditStep,
     CustomerDependency,

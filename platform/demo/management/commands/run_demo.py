@@ -26,6 +26,7 @@ from billing.services import generate_invoice
 from clickhouse_store.migrator import apply_migrations
 from clickhouse_store.queries.records import count_records, layer_latencies
 from common.money import round_money
+from demo.factory import build_demo_package
 from demo.history import backfill, seed_terms
 from demo.server import start_api_server
 from demo.services import DemoSetup, ensure_admin, seed_demo
@@ -75,6 +76,7 @@ class Command(BaseCommand):
             apply_migrations()
             setup = seed_demo(settings.DATA_DIR)
             seed_terms()
+            built = build_demo_package(setup.tenant.code)
             admin_user, admin_password = ensure_admin(settings.DATA_DIR)
         console.print(f"Data in {settings.DATA_DIR}  ·  ClickHouse {settings.CLICKHOUSE_URL}")
         try:
@@ -84,6 +86,12 @@ class Command(BaseCommand):
                 f"Cannot listen on {options['host']}:{options['port']}: {error}. Try --port 0."
             ) from None
         console.print(f"Platform API at {url}")
+        quote = built.quote
+        console.print(
+            f"Package factory: {built.package.code} ({built.tenant.code}'s own) built from the "
+            f"{built.template} template in {built.build_seconds} s; {quote['seconds_per_event']} s of "
+            f"compute per event measured; base fee {quote['formula']}  ·  {url}/factory/{built.package.code}"
+        )
         with console.status("Starting the serving tree: an L1 router and three executors (tiny Qwen3-MoE)…"):
             tree = start_tree(setup, url, options["host"])
         stopped = False
