@@ -12,14 +12,14 @@ from django.http import Http404, HttpRequest, HttpResponse
 from django.shortcuts import redirect
 from django.utils.translation import get_language
 from django.utils.translation import gettext as _
-from package_factory.errors import FactoryError
-from package_factory.selectors import package_builds
-from package_factory.services import build_package
-from package_factory.templates import Template, template, templates
 
 from accounts.access import WRITE_ANY, Principal
 from catalog.models import HostCostProfile
 from common.errors import ApiError
+from package_factory.errors import FactoryError
+from package_factory.selectors import package_builds
+from package_factory.services import build_package
+from package_factory.templates import Template, template, templates
 
 from ..access import READ_WRITE, portal_view
 from .common import error_message, page
