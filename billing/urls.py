@@ -13,6 +13,7 @@ from .api import (
     stripe_webhook,
 )
 from .contracts_api import ContractDetailView, ContractListView
+from .events_api import ContractEventsView
 from .purchases_api import PurchaseView
 
 urlpatterns = [
@@ -21,6 +22,7 @@ urlpatterns = [
     path("contracts/<str:code>/charges/<str:dimension>", ChargeView.as_view(), name="contract-charge"),
     path("contracts/<str:code>/metrics/<str:metric>", MetricView.as_view(), name="contract-metric"),
     path("contracts/<str:code>/terms", TermsView.as_view(), name="contract-terms"),
+    path("contracts/<str:code>/events", ContractEventsView.as_view(), name="contract-events"),
     path("contracts/<str:code>/taxes", TaxesView.as_view(), name="contract-taxes"),
     path("contracts/<str:code>/credits", CreditGrantView.as_view(), name="contract-credits"),
     path("invoices", InvoiceListView.as_view(), name="invoice-list"),

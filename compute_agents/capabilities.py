@@ -1,7 +1,7 @@
 """One call of an ONNX capability (``POST /v1/capabilities/{code}/invocations``): who may call it, its
 inputs, the quota it holds, the run on onnxruntime (``onnx_executor``), and its record.
 
-The key's package must be the capability's and its ``models`` (if any) must hold the capability's model
+The key's package must be one of the capability's and its ``models`` (if any) must hold the capability's model
 id; otherwise, as for a code nobody configured, the answer is 404 ``model_not_found`` and the record names
 no model, so a refusal never tells that another package's capability exists. Every call of an
 authenticated key leaves a record, on the path L1→L3→L1 (L3: the onnxruntime run), counting items for
@@ -101,7 +101,7 @@ class CapabilityService:
         """Access, inputs, quota; a refusal leaves a ``rejected`` record."""
         capability = self.executor.capabilities.get(code)
         if capability is not None and (
-            capability.package != entitlement.package or not entitlement.reaches(capability.model_id)
+            entitlement.package not in capability.packages or not entitlement.reaches(capability.model_id)
         ):
             capability = None  # another package's capability is as unknown as none
         try:

@@ -2,12 +2,13 @@
 onnxruntime on the CPU.
 
 The executor config (JSON, written by the factory; ``serve --onnx-config``) names each capability's code,
-model id, package, artifact (its file, relative to the config's directory, and the file's SHA-256),
-declared inputs and outputs (name, dtype, shape with ``null`` for a free dimension) and timeout. At start
-every artifact is read once, hashed and loaded from those very bytes; a file whose digest, or a model
-whose inputs or outputs, differ from the config is refused (``CapabilityConfigError``). A call's inputs
-are checked against the declaration (``InvalidInput`` names the input), then run in a worker thread that
-is waited for at most the capability's timeout (``CapabilityTimeout``; the run is told to stop).
+model id, package (or ``packages``, for a capability several packages share), artifact (its file,
+relative to the config's directory, and the file's SHA-256), declared inputs and outputs (name, dtype,
+shape with ``null`` for a free dimension) and timeout. At start every artifact is read once, hashed and
+loaded from those very bytes; a file whose digest, or a model whose inputs or outputs, differ from the
+config is refused (``CapabilityConfigError``). A call's inputs are checked against the declaration
+(``InvalidInput`` names the input), then run in a worker thread that is waited for at most the
+capability's timeout (``CapabilityTimeout``; the run is told to stop).
 """
 
 from __future__ import annotations
@@ -122,7 +123,7 @@ class TensorSpec:
 class Capability:
     code: str
     model_id: str
-    package: str
+    packages: frozenset[str]  # the packages whose keys may call it (shared capabilities: several)
     inputs: tuple[TensorSpec, ...]
     outputs: tuple[TensorSpec, ...]
     timeout_ms: int
@@ -215,10 +216,13 @@ def load_capability(entry: Any, directory: Path, where: str) -> Capability:
     outputs checked against the declared ones."""
     if not isinstance(entry, dict):
         raise CapabilityConfigError(f"{where}: each capability is an object")
-    code, model_id, package = entry.get("code"), entry.get("model"), entry.get("package")
+    code, model_id = entry.get("code"), entry.get("model")
+    packages = entry.get("packages", [entry.get("package")])
     artifact, timeout_ms = entry.get("artifact"), entry.get("timeout_ms")
-    if not is_slug(code) or not is_slug(package):
-        raise CapabilityConfigError(f"{where}: code and package must be slugs ([a-z0-9][a-z0-9._-]*)")
+    if not is_slug(code) or not isinstance(packages, list) or not packages or not all(map(is_slug, packages)):
+        raise CapabilityConfigError(
+            f"{where}: code and package (or each of packages) must be slugs ([a-z0-9][a-z0-9._-]*)"
+        )
     if not isinstance(model_id, str) or not 0 < len(model_id) <= TEXT_MAX:
         raise CapabilityConfigError(f"{where}: model must be a model id")
     if type(timeout_ms) is not int or timeout_ms < 1:
@@ -261,7 +265,7 @@ def load_capability(entry: Any, directory: Path, where: str) -> Capability:
     return Capability(
         entry["code"],  # the slugs checked above
         model_id,
-        entry["package"],
+        frozenset(packages),
         inputs,
         outputs,
         timeout_ms,

@@ -67,6 +67,7 @@ FILLERS: dict[str, Fill] = {
     # billing / contracts / catalogue / accounts
     "contract-list": Fill(),
     "contract-detail": Fill(lambda d: {"code": d.contract.code}),
+    "contract-events": Fill(lambda d: {"code": d.contract.code}, query=lambda _: {"month": "2026-11"}),
     "invoice-list": Fill(),
     "credit-note-list": Fill(),
     "credit-note-detail": Fill(lambda d: {"pk": d.credit_note.pk}),

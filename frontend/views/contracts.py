@@ -7,6 +7,7 @@ from decimal import Decimal
 from django.http import Http404, HttpRequest, HttpResponse
 
 from accounts.access import Principal
+from billing.business_events import business_events
 from common.periods import month_of
 
 from .. import selectors
@@ -49,6 +50,7 @@ def contract_detail(request: HttpRequest, principal: Principal, code: str) -> Ht
             selectors.api_keys(principal).filter(contract=contract), month_of(start)
         ),
         contract_tokens=selectors.contract_tokens(contract, start, end),
+        events=business_events(contract, start, end).packages,
         invoices=selectors.invoices(principal).filter(contract=contract)[:12],
         catalogue_sign=sign,
         catalogue_percent=percent,

@@ -1,6 +1,13 @@
 from django.contrib import admin
 
-from .models import Contract, ContractMetric, ContractPrice, ContractTax
+from .models import Contract, ContractMetric, ContractPackage, ContractPrice, ContractTax
+
+
+class ContractPackageInline(admin.TabularInline):
+    """Further packages the contract holds beside its own; keys may be issued for each."""
+
+    model = ContractPackage
+    extra = 0
 
 
 class ContractPriceInline(admin.TabularInline):
@@ -29,4 +36,4 @@ class ContractAdmin(admin.ModelAdmin):
     list_display = ["code", "tenant", "package", "currency", "period", "status", "starts_at", "base_fee"]
     list_filter = ["status", "currency", "package"]
     search_fields = ["code", "tenant__code"]
-    inlines = [ContractPriceInline, ContractMetricInline, ContractTaxInline]
+    inlines = [ContractPackageInline, ContractPriceInline, ContractMetricInline, ContractTaxInline]

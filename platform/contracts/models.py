@@ -158,6 +158,29 @@ class Contract(models.Model):
     def __str__(self) -> str:
         return self.code
 
+    def held_packages(self) -> list[ComputePackage]:
+        """Its own package, then the further ones it holds (ContractPackage), by code."""
+        further = ComputePackage.objects.filter(held_by__contract=self).order_by("code")
+        return [self.package, *(p for p in further if p.pk != self.package_id)]
+
+
+class ContractPackage(models.Model):
+    """A further package a contract holds beside its own (`Contract.package`): its keys may be issued for
+    it, and their requests are then made under it, reaching only its capabilities' models. The contract's
+    prices and terms cover every package it holds."""
+
+    contract = models.ForeignKey(Contract, on_delete=models.CASCADE, related_name="further_packages")
+    package = models.ForeignKey(ComputePackage, on_delete=models.PROTECT, related_name="held_by")
+
+    class Meta:
+        ordering = ["contract", "package"]
+        constraints = [
+            models.UniqueConstraint(fields=["contract", "package"], name="one_package_per_contract_once"),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.contract.code} + {self.package.code}"
+
 
 class ContractMetric(models.Model):
     """A custom metric: an expression over record fields (pricing.expressions), priced like a dimension."""

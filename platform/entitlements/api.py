@@ -17,12 +17,15 @@ from common.fields import IdentifierField
 from common.filters import ListFilter, code_filter
 
 from .models import ApiKey
-from .selectors import visible_api_keys
+from .selectors import key_package, visible_api_keys
 from .services import issue_tenant_api_key, revoke_api_key
 
 
 class ApiKeySerializer(serializers.ModelSerializer):
     contract = serializers.CharField(source="contract.code")
+    package = serializers.SerializerMethodField(
+        help_text="The package of the contract its requests are under."
+    )
     status = serializers.SerializerMethodField()
 
     class Meta:
@@ -31,12 +34,16 @@ class ApiKeySerializer(serializers.ModelSerializer):
             "prefix",
             "name",
             "contract",
+            "package",
             "sla_class",
             "quota_tokens",
             "status",
             "created_at",
             "revoked_at",
         ]
+
+    def get_package(self, api_key: ApiKey) -> str:
+        return key_package(api_key).code
 
     def get_status(self, api_key: ApiKey) -> str:
         return "revoked" if api_key.revoked_at is not None else "active"
@@ -49,6 +56,13 @@ class ApiKeyRequestSerializer(serializers.Serializer):
         min_value=0, required=False, allow_null=True, default=None, help_text="Tokens per month; null: none."
     )
     name = IdentifierField(max_length=200, default="", allow_blank=True)
+    package = IdentifierField(
+        max_length=64,
+        default="",
+        allow_blank=True,
+        help_text="A package the contract holds, which the key's requests are made under; empty: the "
+        "contract's own.",
+    )
 
 
 class IssuedApiKeySerializer(ApiKeySerializer):
@@ -89,6 +103,7 @@ class ApiKeyListView(generics.ListCreateAPIView):
             sla_class=data["sla_class"],
             quota_tokens=data["quota_tokens"],
             name=data["name"],
+            package_code=data["package"],
         )
         answer = {**ApiKeySerializer(issued.api_key).data, "api_key": issued.secret}
         return Response(answer, status=status.HTTP_201_CREATED)

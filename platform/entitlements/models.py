@@ -4,6 +4,7 @@ from django.db import models
 
 from accounts.models import Tenant
 from accounts.validators import validate_slug_code
+from catalog.models import ComputePackage
 from contracts.models import Contract
 
 
@@ -17,6 +18,14 @@ class ApiKey(models.Model):
     name = models.CharField(max_length=200, blank=True)
     tenant = models.ForeignKey(Tenant, on_delete=models.PROTECT, related_name="api_keys")
     contract = models.ForeignKey(Contract, on_delete=models.PROTECT, related_name="api_keys")
+    package = models.ForeignKey(
+        ComputePackage,
+        null=True,
+        blank=True,
+        on_delete=models.PROTECT,
+        related_name="api_keys",
+        help_text="The contract's package its requests are made under; empty: the contract's own.",
+    )
     sla_class = models.CharField(max_length=64, default="standard", validators=[validate_slug_code])
     quota_tokens = models.PositiveBigIntegerField(
         null=True, blank=True, help_text="Tokens (in + out) per calendar month (UTC); empty: no quota."

@@ -10,7 +10,7 @@ from django.db.models import QuerySet
 from accounts.access import Principal, scoped
 from agents.models import AgentKey
 from agents.selectors import agent_scope, model_keys_in_force
-from catalog.models import PackageCapability
+from catalog.models import ComputePackage, PackageCapability
 from contracts.models import Contract
 from treemeter_records.protocol import SNAPSHOT_VERSION
 
@@ -29,7 +29,12 @@ def _status(api_key: ApiKey) -> str:
 
 def visible_api_keys(principal: Principal) -> QuerySet[ApiKey]:
     """The API keys the principal sees."""
-    return scoped(ApiKey.objects.select_related("tenant", "contract"), principal)
+    return scoped(ApiKey.objects.select_related("tenant", "contract__package", "package"), principal)
+
+
+def key_package(api_key: ApiKey) -> ComputePackage:
+    """The package a key's requests are made under: its own, else its contract's."""
+    return api_key.package if api_key.package is not None else api_key.contract.package
 
 
 def package_models() -> dict[int, list[str]]:
@@ -50,7 +55,7 @@ def entitlement_snapshot(agent_key: AgentKey) -> dict[str, Any]:
     """Every API key of the contracts this agent may report for (and only those), with its binding; and
     the model publisher keys in force, whose signature an agent needs on a checkpoint's manifest."""
     scope = agent_scope(agent_key.agent_id)
-    keys = ApiKey.objects.select_related("tenant", "contract__package").filter(
+    keys = ApiKey.objects.select_related("tenant", "contract__package", "package").filter(
         tenant__code__in=list(scope.tenants)
     )
     models = package_models()
@@ -66,8 +71,8 @@ def entitlement_snapshot(agent_key: AgentKey) -> dict[str, Any]:
                 "prefix": k.prefix,
                 "tenant": k.tenant.code,
                 "contract": k.contract.code,
-                "package": k.contract.package.code,
-                "models": models.get(k.contract.package_id, []),
+                "package": key_package(k).code,
+                "models": models.get(key_package(k).pk, []),
                 "sla_class": k.sla_class,
                 "quota_tokens": k.quota_tokens,
                 "quota_period": "month",

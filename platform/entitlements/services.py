@@ -37,9 +37,15 @@ class IssuedKey:
 
 @transaction.atomic
 def issue_api_key(
-    *, contract_code: str, sla_class: str = "standard", quota_tokens: int | None = None, name: str = ""
+    *,
+    contract_code: str,
+    sla_class: str = "standard",
+    quota_tokens: int | None = None,
+    name: str = "",
+    package_code: str = "",
 ) -> IssuedKey:
-    """A new key bound to a contract (hence its tenant and package), an SLA class and a monthly quota."""
+    """A new key bound to a contract (hence its tenant), the package of the contract its requests are
+    made under (empty: the contract's own), an SLA class and a monthly quota."""
     contract = Contract.objects.select_related("tenant").filter(code=contract_code).first()
     if contract is None:
         raise EntitlementError("unknown_contract", f"Unknown contract {contract_code!r}.")
@@ -51,6 +57,15 @@ def issue_api_key(
         raise EntitlementError("invalid_sla_class", f"{sla_class!r} is not a valid SLA class code.") from None
     if quota_tokens is not None and quota_tokens < 0:
         raise EntitlementError("invalid_quota", "quota_tokens must not be negative.")
+    package = None
+    if package_code:
+        package = next((p for p in contract.held_packages() if p.code == package_code), None)
+        if package is None:
+            raise EntitlementError(
+                "package_not_in_contract",
+                f"Contract {contract_code} holds no package {package_code!r}.",
+                {"package": package_code, "held": [p.code for p in contract.held_packages()]},
+            )
     secret = API_KEY_PREFIX + secrets.token_urlsafe(32)
     api_key = ApiKey.objects.create(
         prefix=secret[:12],
@@ -58,6 +73,7 @@ def issue_api_key(
         name=name,
         tenant=contract.tenant,
         contract=contract,
+        package=package,
         sla_class=sla_class,
         quota_tokens=quota_tokens,
     )
@@ -71,6 +87,7 @@ def issue_tenant_api_key(
     sla_class: str = "standard",
     quota_tokens: int | None = None,
     name: str = "",
+    package_code: str = "",
 ) -> IssuedKey:
     """A key for one of the principal's own contracts (staff: any); another tenant's contract is 404."""
     if not scoped(Contract.objects.filter(code=contract_code), principal).exists():
@@ -78,7 +95,11 @@ def issue_tenant_api_key(
             "contract_not_found", f"No contract {contract_code!r}.", {"contract": contract_code}
         )
     return issue_api_key(
-        contract_code=contract_code, sla_class=sla_class, quota_tokens=quota_tokens, name=name
+        contract_code=contract_code,
+        sla_class=sla_class,
+        quota_tokens=quota_tokens,
+        name=name,
+        package_code=package_code,
     )
 
 

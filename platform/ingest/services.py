@@ -34,7 +34,7 @@ from psycopg.types.json import Jsonb
 
 from agents.models import Agent, AgentKey
 from agents.selectors import agent_scope, key_with_agent
-from contracts.models import Contract
+from contracts.models import Contract, ContractPackage
 from ledger.models import LogLeaf
 from ledger.services import AcceptedRecord, append_batch, keep_signed_batch, record_gap_events
 from treemeter_records import (
@@ -80,7 +80,7 @@ class IngestAnswer:
 @dataclass(frozen=True)
 class _ContractTerms:
     tenant: str
-    package: str
+    packages: frozenset[str]  # its own and the further ones it holds (contracts.ContractPackage)
     horizon_days: int
 
 
@@ -302,14 +302,19 @@ def _logged(agent: Agent, seqs: list[int], record_ids: list[str]) -> tuple[dict[
 
 
 def _contract_terms(codes: set[str]) -> dict[str, _ContractTerms]:
-    """Per contract code: its tenant, package, and how many days back its records are accepted: the
-    platform's INGEST_MAX_PAST_DAYS, or the contract's late-usage horizon (`late_usage_days` under
-    `ignore_after`) when that is longer, so late records its policy reports are never refused."""
+    """Per contract code: its tenant, the packages it holds, and how many days back its records are
+    accepted: the platform's INGEST_MAX_PAST_DAYS, or the contract's late-usage horizon (`late_usage_days`
+    under `ignore_after`) when that is longer, so late records its policy reports are never refused."""
     default_days = settings.INGEST_MAX_PAST_DAYS
+    further: dict[str, set[str]] = {}
+    for code, package in ContractPackage.objects.filter(contract__code__in=codes).values_list(
+        "contract__code", "package__code"
+    ):
+        further.setdefault(code, set()).add(package)
     return {
         code: _ContractTerms(
             tenant,
-            package,
+            frozenset({package, *further.get(code, ())}),
             max(default_days, late_days) if policy == Contract.LateUsage.IGNORE_AFTER else default_days,
         )
         for code, tenant, package, policy, late_days in Contract.objects.filter(code__in=codes).values_list(
@@ -330,11 +335,11 @@ def _policy_problem(
     terms = contracts.get(contract)
     if terms is None or terms.tenant != tenant:
         return (rejections.UNKNOWN_CONTRACT, "contract", f"Tenant {tenant} has no contract {contract}.")
-    if terms.package != record.package:
+    if record.package not in terms.packages:
         return (
             rejections.PACKAGE_MISMATCH,
             "package",
-            f"Contract {contract} is not for package {record.package}.",
+            f"Contract {contract} holds no package {record.package}.",
         )
     if not allows(tenant, contract):
         return (

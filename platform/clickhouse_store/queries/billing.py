@@ -608,3 +608,38 @@ def record_aggregates(tenant: str, contract: str, record_ids: Sequence[str]) -> 
         {"tenant": tenant, "contract": contract, "ids": list(record_ids)},
     )
     return {d: int(v or 0) for d, v in zip(AGGREGATED_DIMENSIONS, row, strict=True)}
+
+
+class EventRecord(NamedTuple):
+    """A record of a business event: the customer's event id (the record's `client_request_id`), the
+    package it was made under, its model and status, and whether its model's acceptance rule holds."""
+
+    event_id: str
+    record_id: str
+    package: str
+    model_id: str
+    status: str
+    accepted: bool
+    start_time: datetime
+
+
+def event_records(
+    tenant: str, contract: str, start: datetime, end: datetime, rules: dict[str, Metric]
+) -> list[EventRecord]:
+    """The contract's records of [start, end) that carry an event id, by event and start time, each with
+    whether the acceptance rule of its model (`rules`, by model id; a model without one: accepted) holds
+    for it; one query."""
+    branches: list[str] = []
+    params: dict[str, Any] = {}
+    for number, (model_id, rule) in enumerate(sorted(rules.items())):
+        rendered = metric_sql(rule, f"a{number}_")
+        params |= rendered.params | {f"m{number}": model_id}
+        branches += [f"model_id = {{m{number}:String}}", f"(({rendered.sql}) != 0)"]
+    accepted = f"multiIf({', '.join(branches)}, 1)" if branches else "1"
+    sql = (
+        "SELECT client_request_id, toString(record_id), package, model_id, status, "  # noqa: S608
+        f"toUInt8({accepted}), start_time FROM ({_RULE_SOURCE}) WHERE client_request_id != '' "
+        "ORDER BY client_request_id, start_time, record_id"
+    )
+    rows = query.select(sql, {**params, "tenant": tenant, "contract": contract, "start": start, "end": end})
+    return [EventRecord(e, r, p, m, s, bool(a), t) for e, r, p, m, s, a, t in rows]

@@ -1,0 +1,132 @@
+"""Business events over a whole month, records through the real ingest: a contract holding two packages
+that share OCR; events that succeed, fail acceptance, or are only partial; what the API answers."""
+
+from __future__ import annotations
+
+import itertools
+from datetime import UTC, datetime
+from typing import Any
+
+import pytest
+
+from catalog.models import Capability, ComputePackage, PackageCapability
+from contracts.models import Contract, ContractPackage
+from tests.api.conftest import token_client
+from tests.billing.usage import ingest
+from tests.factories import ContractFactory, SigningAgent, TenantFactory, signing_agent
+
+pytestmark = [pytest.mark.usefixtures("clickhouse"), pytest.mark.django_db]
+
+SECONDS = itertools.count(1)  # each call a second after the one before
+DAY = int(datetime(2026, 11, 10, tzinfo=UTC).timestamp()) * 10**9
+
+
+def capability(code: str, rule: str = "") -> Capability:
+    return Capability.objects.create(
+        code=code,
+        name=code,
+        engine="moe",
+        model_id=f"model-{code}",
+        sla_timeout_ms=1000,
+        acceptance_rule=rule,
+    )
+
+
+def composed_contract() -> Contract:
+    """supplier = OCR + clause extraction (f1 ≥ 0.92) + an optional summary; logistics = OCR + routes."""
+    contract = ContractFactory.create(
+        code="acme-2026", package__code="supplier", package__unit="supplier_event"
+    )
+    logistics = ComputePackage.objects.create(code="logistics", name="Logistics", unit="shipment_event")
+    ContractPackage.objects.create(contract=contract, package=logistics)
+    ocr, clauses = capability("ocr"), capability("clauses", "outcome_f1 >= 0.92")
+    summary, routes = capability("summary"), capability("routes", "outcome_on_time >= 1")
+    for package, held in ((contract.package, (ocr, clauses)), (logistics, (ocr, routes))):
+        for item in held:
+            PackageCapability.objects.create(package=package, capability=item)
+    PackageCapability.objects.create(package=contract.package, capability=summary, required=False)
+    return contract
+
+
+def call(
+    agent: SigningAgent, contract: Contract, event: str, model: str, package: str = "supplier", **fields: Any
+) -> dict[str, Any]:
+    return agent.record(
+        contract,
+        client_request_id=event,
+        model_id=f"model-{model}",
+        package=package,
+        start_ns=DAY + next(SECONDS) * 10**9,
+        **fields,
+    )
+
+
+def test_events_are_billable_only_when_every_required_capability_succeeded_and_was_accepted() -> None:
+    contract = composed_contract()
+    agent = signing_agent(contract)
+    records = [
+        # supplier events
+        call(agent, contract, "po-1", "ocr"),
+        call(agent, contract, "po-1", "clauses", outcome={"f1": "0.95"}),
+        call(agent, contract, "po-2", "ocr"),
+        call(agent, contract, "po-2", "clauses", outcome={"f1": "0.71"}),  # the dialect problem
+        call(agent, contract, "po-3", "ocr"),
+        call(agent, contract, "po-3", "clauses", status="error", outcome=None),  # never served
+        call(agent, contract, "po-4", "ocr"),
+        call(agent, contract, "po-4", "clauses", outcome={"f1": "0.60"}),  # a retry that passed
+        call(agent, contract, "po-4", "clauses", outcome={"f1": "0.93"}),
+        call(agent, contract, "po-4", "summary", status="error"),  # optional: does not matter
+        # logistics events, sharing OCR
+        call(agent, contract, "ship-1", "ocr", package="logistics"),
+        call(agent, contract, "ship-1", "routes", package="logistics", outcome={"on_time": 1}),
+        call(agent, contract, "ship-2", "routes", package="logistics", outcome={"on_time": 1}),  # no OCR
+        call(agent, contract, "", "ocr"),  # no event id: not an event
+    ]
+    ingest(agent, records)
+
+    body = token_client(contract.tenant).get(f"/v1/contracts/{contract.code}/events?month=2026-11").json()
+
+    assert body["packages"] == [
+        {
+            "package": "logistics",
+            "unit": "shipment_event",
+            "counts": {"billable": 1, "failed_acceptance": 0, "partial": 1},
+        },
+        {
+            "package": "supplier",
+            "unit": "supplier_event",
+            "counts": {"billable": 2, "failed_acceptance": 1, "partial": 1},
+        },
+    ]
+    events = {(e["package"], e["event_id"]): e for e in body["events"]}
+    assert {key: (e["status"], e["missing"], e["not_accepted"]) for key, e in events.items()} == {
+        ("logistics", "ship-1"): ("billable", [], []),
+        ("logistics", "ship-2"): ("partial", ["ocr"], []),
+        ("supplier", "po-1"): ("billable", [], []),
+        ("supplier", "po-2"): ("failed_acceptance", [], ["clauses"]),
+        ("supplier", "po-3"): ("partial", ["clauses"], []),
+        ("supplier", "po-4"): ("billable", [], []),
+    }
+    po4 = events[("supplier", "po-4")]["records"]
+    assert [(r["model_id"], r["status"], r["accepted"]) for r in po4] == [
+        ("model-ocr", "ok", True),
+        ("model-clauses", "ok", False),
+        ("model-clauses", "ok", True),
+        ("model-summary", "error", True),
+    ]
+    assert {r["record_id"] for r in po4} == {str(r["record_id"]) for r in records[6:10]}
+
+    failed = token_client(contract.tenant).get(
+        f"/v1/contracts/{contract.code}/events?month=2026-11&status=failed_acceptance"
+    )
+    assert [e["event_id"] for e in failed.json()["events"]] == ["po-2"]
+
+
+def test_the_events_of_another_tenants_contract_are_404_and_bad_queries_400() -> None:
+    contract = composed_contract()
+    outsider = token_client(TenantFactory.create())
+    assert outsider.get(f"/v1/contracts/{contract.code}/events").status_code == 404
+    owner = token_client(contract.tenant)
+    for query in ("month=2026-13", "status=maybe", "limit=1001"):
+        answer = owner.get(f"/v1/contracts/{contract.code}/events?{query}")
+        assert answer.status_code == 400, query
