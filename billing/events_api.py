@@ -11,13 +11,13 @@ from django.shortcuts import get_object_or_404
 from django.utils import timezone
 from drf_spectacular.utils import extend_schema
 from rest_framework import serializers
-from rest_framework.exceptions import ValidationError
 from rest_framework.request import Request
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
 from accounts.access import principal_of
-from common.periods import month_bounds, month_of, parse_month
+from common.fields import MonthField
+from common.periods import month_bounds, month_of
 from contracts.models import Contract
 from contracts.selectors import visible_contracts
 
@@ -27,18 +27,11 @@ MAX_EVENTS = 1000
 
 
 class EventsQuerySerializer(serializers.Serializer):
-    month = serializers.CharField(required=False, help_text="YYYY-MM (UTC); default: this month.")
+    month = MonthField(required=False, help_text="YYYY-MM (UTC); default: this month.")
     status = serializers.ChoiceField(choices=list(STATUSES), required=False, help_text="Only these events.")
     limit = serializers.IntegerField(
         min_value=0, max_value=MAX_EVENTS, default=100, help_text="Events listed."
     )
-
-    def validate_month(self, value: str) -> str:
-        try:
-            parse_month(value)
-        except ValueError as error:
-            raise ValidationError(str(error)) from error
-        return value
 
 
 class EventRecordSerializer(serializers.Serializer):

@@ -15,9 +15,8 @@ from rest_framework.response import Response
 
 from accounts.access import WRITE_BILLING, principal_of, scoped
 from common.errors import error_response
-from common.fields import IdentifierField, StrictCharField
+from common.fields import IdentifierField, MonthField, StrictCharField
 from common.filters import ListFilter, code_filter
-from common.periods import parse_month
 from contracts.models import Contract
 
 from .dependencies import set_dependency
@@ -75,16 +74,9 @@ class ReportSerializer(ReportSummarySerializer):
 
 class ReportFilter(ListFilter):
     contract = code_filter("A contract code.")
-    month = serializers.CharField(required=False, help_text="YYYY-MM in the policy's time zone.")
+    month = MonthField(required=False, help_text="YYYY-MM in the policy's time zone.")
 
     lookups = {"contract": "contract__code", "month": "month"}
-
-    def validate_month(self, value: str) -> str:
-        try:
-            parse_month(value)
-        except ValueError as error:
-            raise ValidationError(str(error)) from error
-        return value
 
 
 @extend_schema_view(get=extend_schema(parameters=[ReportFilter]))

@@ -8,6 +8,8 @@ from rest_framework import serializers
 
 from treemeter_records.limits import has_forbidden_control
 
+from .periods import parse_month
+
 CONTROL_MESSAGE = "Control characters (other than tab and newline) are not allowed."
 
 
@@ -45,3 +47,18 @@ class IdentifierField(StrictCharField):
     def __init__(self, **kwargs: Any) -> None:
         super().__init__(**kwargs)
         self.validators.append(refuse_control_characters)
+
+
+def validate_month(value: str) -> None:
+    try:
+        parse_month(value)
+    except ValueError as error:
+        raise serializers.ValidationError(str(error), code="invalid_month") from None
+
+
+class MonthField(StrictCharField):
+    """A month, YYYY-MM (common.periods.parse_month)."""
+
+    def __init__(self, **kwargs: Any) -> None:
+        super().__init__(**kwargs)
+        self.validators.append(validate_month)

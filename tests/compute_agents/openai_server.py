@@ -11,10 +11,16 @@ from typing import Any, Protocol
 
 import orjson
 import uvicorn
+from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 
 from compute_agents.app import create_app
+from compute_agents.engine import Engine
 from compute_agents.service import AgentService
 from compute_agents.spool import Spool
+from compute_agents.tree.app import create_router_app
+from compute_agents.tree.forward import ExecutorClient
+from compute_agents.tree.heartbeat import ExecutorCard, HeartbeatSender
+from compute_agents.tree.service import RouterService
 
 
 @contextmanager
@@ -40,6 +46,47 @@ def serving_app(app: Any, port: int = 0) -> Iterator[str]:
     finally:
         server.should_exit = True
         thread.join(10)
+
+
+@contextmanager
+def behind_router(
+    router: RouterService,
+    executor: AgentService,
+    executor_id: str,
+    executor_key: Ed25519PrivateKey,
+    engine: Engine,
+) -> Iterator[tuple[str, str]]:
+    """The router and one executor on real sockets, the executor heartbeating to it (subtree `default`)
+    until the router finds it healthy; yields the router's root URL and the executor's (`…/v1`)."""
+    with (
+        serving_app(create_router_app(router, ExecutorClient(60))) as router_url,
+        serving(executor) as executor_url,
+    ):
+        card = ExecutorCard(
+            executor_id,
+            executor_url.removesuffix("/v1"),
+            "default",
+            engine.model_id,
+            engine.weights_sha3,
+            engine.served_names,
+        )
+        beats = HeartbeatSender(
+            router_url,
+            card,
+            executor_key,
+            lambda: executor.outstanding,
+            engine.resident_experts,
+            interval_s=0.2,
+        )
+        beats.start()
+        try:
+            deadline = time.monotonic() + 30
+            while not router.registry.healthy("default", "tiny"):
+                assert time.monotonic() < deadline, "no heartbeat reached the router"
+                time.sleep(0.05)
+            yield router_url, executor_url
+        finally:
+            beats.stop()
 
 
 class Spooling(Protocol):

@@ -7,7 +7,6 @@ field, or with an empty list, reaches every model (real torch engine, signed sna
 from __future__ import annotations
 
 import os
-import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -24,14 +23,11 @@ from compute_agents.entitlements import SnapshotError
 from compute_agents.router import Rules
 from compute_agents.service import AgentService
 from compute_agents.spool import Spool
-from compute_agents.tree.app import create_router_app
 from compute_agents.tree.decision import DecisionReader
-from compute_agents.tree.forward import ExecutorClient
-from compute_agents.tree.heartbeat import ExecutorCard, HeartbeatSender
 from compute_agents.tree.inflight import InFlightLedger
 from compute_agents.tree.registry import Registry
 from compute_agents.tree.service import RouterService
-from tests.compute_agents.openai_server import records, serving, serving_app
+from tests.compute_agents.openai_server import behind_router, records
 from tests.compute_agents.publisher import trust
 from tests.compute_agents.signed_snapshot import local_agent, signed_store, snapshot_key
 from treemeter_records import private_key_from_seed
@@ -138,35 +134,8 @@ def routed(
         {"exec-m": executor_key.public_key()},
         InFlightLedger(tmp_path / "router" / "inflight.sqlite3"),
     )
-    with (
-        serving_app(create_router_app(router, ExecutorClient(60))) as router_url,
-        serving(executor) as executor_url,
-    ):
-        card = ExecutorCard(
-            "exec-m",
-            executor_url.removesuffix("/v1"),
-            "default",
-            engine.model_id,
-            engine.weights_sha3,
-            engine.served_names,
-        )
-        beats = HeartbeatSender(
-            router_url,
-            card,
-            executor_key,
-            lambda: executor.outstanding,
-            engine.resident_experts,
-            interval_s=0.2,
-        )
-        beats.start()
-        try:
-            deadline = time.monotonic() + 30
-            while not router.registry.healthy("default", "tiny"):
-                assert time.monotonic() < deadline, "no heartbeat reached the router"
-                time.sleep(0.05)
-            yield Tree(router, executor, router_url)
-        finally:
-            beats.stop()
+    with behind_router(router, executor, "exec-m", executor_key, engine) as (router_url, _):
+        yield Tree(router, executor, router_url)
 
 
 def test_the_router_refuses_before_forwarding_what_the_key_may_not_reach(

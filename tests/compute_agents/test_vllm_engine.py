@@ -5,7 +5,6 @@ In `make test` vLLM is absent and this module is skipped; `make test-vllm` runs 
 from __future__ import annotations
 
 import os
-import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
@@ -24,16 +23,13 @@ from compute_agents.engine import expert_counts
 from compute_agents.router import Rules
 from compute_agents.service import AgentService, Trip
 from compute_agents.spool import Spool
-from compute_agents.tree.app import create_router_app
 from compute_agents.tree.decision import DecisionReader
-from compute_agents.tree.forward import ExecutorClient
-from compute_agents.tree.heartbeat import ExecutorCard, HeartbeatSender
 from compute_agents.tree.inflight import InFlightLedger
 from compute_agents.tree.registry import Registry
 from compute_agents.tree.service import RouterService
 from compute_agents.vllm_engine import VllmEngine
 from tests.compute_agents.model_sizes import greedy
-from tests.compute_agents.openai_server import record, serving, serving_app
+from tests.compute_agents.openai_server import behind_router, record, serving
 from tests.compute_agents.publisher import publish, trust
 from tests.compute_agents.signed_snapshot import local_agent, signed_store, snapshot_key
 from treemeter_records import check_record_signatures, private_key_from_seed, record_signing_bytes
@@ -120,48 +116,21 @@ def test_the_vllm_engine_behind_the_l1_router(engine: VllmEngine, tmp_path: Path
         {"gpu-v": executor_key.public_key()},
         InFlightLedger(tmp_path / "router" / "inflight.sqlite3"),
     )
-    with (
-        serving_app(create_router_app(router, ExecutorClient(60))) as router_url,
-        serving(executor) as executor_url,
-    ):
-        card = ExecutorCard(
-            "gpu-v",
-            executor_url.removesuffix("/v1"),
-            "default",
-            engine.model_id,
-            engine.weights_sha3,
-            engine.served_names,
+    with behind_router(router, executor, "gpu-v", executor_key, engine) as (router_url, executor_url):
+        client = openai.OpenAI(base_url=router_url + "/v1", api_key=API_KEY, max_retries=0)
+        whole = client.completions.create(
+            model="tiny", prompt="the payment clause", max_tokens=6, temperature=0
         )
-        beats = HeartbeatSender(
-            router_url,
-            card,
-            executor_key,
-            lambda: executor.outstanding,
-            engine.resident_experts,
-            interval_s=0.2,
+        streamed = client.completions.create(
+            model="tiny", prompt="the payment clause", max_tokens=6, stream=True
         )
-        beats.start()
-        try:
-            deadline = time.monotonic() + 30
-            while not router.registry.healthy("default", "tiny"):
-                assert time.monotonic() < deadline, "no heartbeat reached the router"
-                time.sleep(0.05)
-            client = openai.OpenAI(base_url=router_url + "/v1", api_key=API_KEY, max_retries=0)
-            whole = client.completions.create(
-                model="tiny", prompt="the payment clause", max_tokens=6, temperature=0
-            )
-            streamed = client.completions.create(
-                model="tiny", prompt="the payment clause", max_tokens=6, stream=True
-            )
-            stream_id = streamed.response.headers["x-request-id"]
-            list(streamed)
-            direct = httpx.post(
-                executor_url + "/completions",
-                json={"model": "tiny", "prompt": "x", "max_tokens": 2},
-                headers={"authorization": f"Bearer {API_KEY}"},
-            )
-        finally:
-            beats.stop()
+        stream_id = streamed.response.headers["x-request-id"]
+        list(streamed)
+        direct = httpx.post(
+            executor_url + "/completions",
+            json={"model": "tiny", "prompt": "x", "max_tokens": 2},
+            headers={"authorization": f"Bearer {API_KEY}"},
+        )
     assert direct.status_code == 403 and direct.json()["error"]["code"] == "decision_missing"
     for request_id in (whole._request_id or "", stream_id):
         spooled = record(executor, request_id)
