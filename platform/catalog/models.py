@@ -117,6 +117,7 @@ class PackageCapability(models.Model):
 
     class Meta:
         ordering = ["package", "capability"]
+        verbose_name_plural = "package capabilities"
         constraints = [
             models.UniqueConstraint(fields=["package", "capability"], name="one_capability_per_package"),
         ]

@@ -138,6 +138,7 @@ class Migration(migrations.Migration):
             ],
             options={
                 "ordering": ["package", "capability"],
+                "verbose_name_plural": "package capabilities",
             },
         ),
         migrations.AddField(
