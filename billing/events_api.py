@@ -77,7 +77,7 @@ class ContractEventsView(APIView):
 
     @extend_schema(parameters=[EventsQuerySerializer], responses={200: EventsReportSerializer})
     def get(self, request: Request, code: str) -> Response:
-        params = EventsQuerySerializer(data=request.query_params)
+        params = EventsQuerySerializer(data=request.query_params.dict())  # "?status=" is not "absent"
         params.is_valid(raise_exception=True)
         query: dict[str, Any] = params.validated_data
         contract = get_object_or_404(self.get_queryset().select_related("tenant", "package"), code=code)
