@@ -10,14 +10,16 @@ from typing import Any
 from django.contrib import messages
 from django.http import Http404, HttpRequest, HttpResponse
 from django.shortcuts import redirect
+from django.utils import timezone
 from django.utils.translation import get_language
 from django.utils.translation import gettext as _
 
 from accounts.access import WRITE_ANY, Principal
 from catalog.models import HostCostProfile
 from common.errors import ApiError
+from common.periods import month_of, previous_month
 from package_factory.errors import FactoryError
-from package_factory.selectors import package_builds
+from package_factory.selectors import measured_base_fee, package_builds
 from package_factory.services import build_package
 from package_factory.templates import Template, template, templates
 
@@ -136,6 +138,7 @@ def factory_build(request: HttpRequest, principal: Principal, code: str) -> Http
     if build is None:
         raise Http404(_("No such package build."))
     plan = build.package.plans.prefetch_related("prices").first()
+    last_month = previous_month(month_of(timezone.now()))
     return page(
         request,
         "frontend/factory_build.html",
@@ -145,4 +148,6 @@ def factory_build(request: HttpRequest, principal: Principal, code: str) -> Http
         plan=plan,
         quote=build.quote,
         executor_config=json.dumps(build.executor_config, indent=2),
+        last_month=last_month,
+        measured_fee=measured_base_fee(build, last_month),
     )

@@ -2,10 +2,14 @@
 
 from __future__ import annotations
 
+from decimal import Decimal
+
 from django.db.models import QuerySet
 
 from accounts.access import Principal
+from billing.costs import suggested_base_fee
 from catalog.models import OnnxArtifact
+from common.periods import month_bounds
 
 from .models import PackageBuild
 
@@ -21,3 +25,10 @@ def artifact_of(principal: Principal, sha256: str) -> OnnxArtifact | None:
     if principal.tenant is not None:
         artifacts = artifacts.filter(capabilities__owner=principal.tenant)
     return artifacts.distinct().first()
+
+
+def measured_base_fee(build: PackageBuild, month: str) -> Decimal:
+    """The base fee the package's measured cost in `month` suggests (billing.costs.suggested_base_fee:
+    its cost per contract that used it, × its margin factor), in the quote's currency; 0 without traffic.
+    Beside the upload-time quote once the package serves, as the portal's build page shows it."""
+    return suggested_base_fee(build.package, *month_bounds(month), currency=build.quote["currency"])

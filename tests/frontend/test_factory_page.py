@@ -16,7 +16,7 @@ from tests.factories import TenantFactory
 from tests.frontend.support import member
 from tests.package_factory.onnx_models import linear_model
 
-pytestmark = pytest.mark.django_db
+pytestmark = [pytest.mark.django_db, pytest.mark.usefixtures("clickhouse")]
 
 FORM = {
     "package_code": "acme-faults",
