@@ -27,7 +27,6 @@ from ..access import READ_WRITE, portal_view
 from .common import error_message, page
 
 DEFAULT_TEMPLATE = "contract-review"
-WHOLE_NUMBERS = ("timeout_ms", "p99_ms", "included_events", "events_per_month")
 
 
 def form_values(chosen: Template) -> dict[str, str]:

@@ -15,13 +15,13 @@ from rest_framework.response import Response
 from rest_framework.views import APIView
 
 from accounts.access import WRITE_ANY, principal_of
-from common.errors import RequestTooLarge
+from common.errors import RequestTooLarge, error_response
 from common.pagination import CursorPage
 from common.parsers import loads
 
 from .models import PackageBuild
 from .selectors import artifact_of, package_builds
-from .services import build_package
+from .services import PLAN_CODE, build_package
 from .templates import templates
 
 MULTIPART_SLACK = 64 * 1024  # the declaration and the form's boundaries beside the model file
@@ -70,7 +70,7 @@ class BuildSerializer(serializers.ModelSerializer):
         ]
 
     def get_plan(self, build: PackageBuild) -> str:
-        return f"{build.package.code}/standard"
+        return f"{build.package.code}/{PLAN_CODE}"
 
 
 class BuildRequestSerializer(serializers.Serializer):
@@ -131,10 +131,7 @@ class ArtifactView(APIView):
     def get(self, request: Request, sha256: str) -> HttpResponse:
         artifact = artifact_of(principal_of(request), sha256)
         if artifact is None:
-            return Response(
-                {"code": "not_found", "message": "No such model file.", "details": {}},
-                status=status.HTTP_404_NOT_FOUND,
-            )
+            return error_response(404, "not_found", "No such model file.")
         answer = HttpResponse(bytes(artifact.content), content_type="application/octet-stream")
         answer["Content-Disposition"] = f'attachment; filename="{sha256}.onnx"'
         return answer

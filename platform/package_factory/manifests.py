@@ -82,22 +82,23 @@ def compose_service(capability: Capability) -> str:
 
 def kubernetes_manifest(capability: Capability, config: dict[str, Any], image: str) -> str:
     name = f"executor-{capability.code}"
+    # A copy where each is used: PyYAML writes one shared dict as an anchor and aliases (&id001 / *id001).
     labels = {"app.kubernetes.io/name": name, "app.kubernetes.io/part-of": "treemeter"}
     config_map = {
         "apiVersion": "v1",
         "kind": "ConfigMap",
-        "metadata": {"name": f"{name}-config", "labels": labels},
-        "data": {f"{capability.code}.json": json.dumps(config, indent=2)},
+        "metadata": {"name": f"{name}-config", "labels": dict(labels)},
+        "data": {f"{capability.code}.json": json.dumps(config)},  # one line: YAML would escape every newline
     }
     deployment = {
         "apiVersion": "apps/v1",
         "kind": "Deployment",
-        "metadata": {"name": name, "labels": labels},
+        "metadata": {"name": name, "labels": dict(labels)},
         "spec": {
             "replicas": 1,
             "selector": {"matchLabels": {"app.kubernetes.io/name": name}},
             "template": {
-                "metadata": {"labels": labels},
+                "metadata": {"labels": dict(labels)},
                 "spec": {
                     "containers": [
                         {
