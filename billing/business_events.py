@@ -1,26 +1,32 @@
-"""Business events: what a composed package is measured in ("contract review events"), before billing.
+"""Business events: what a composed package is measured and billed in ("contract review events").
 
 The customer (or the package) gives each call of an event the same event id: the record's
 `client_request_id` (`X-Client-Request-Id`, or a capability call's `event_id`). An event of a package is
-the records made under that package with one event id. It is
+the records of the period made under that package with one event id. It is
 - `billable` when each of the package's required capabilities has a successful record whose acceptance
   rule holds (the capability's outcome rule over the record, pricing.expressions; none: it holds);
 - `failed_acceptance` when each has a successful record but for one of them none meets its rule;
 - `partial` when a required capability has no successful record in the period.
-An event that misses is reported here, with its records, and is not billed. A retry's superseded
-attempts are left out, as rating leaves them out.
+A price named by the package's unit bills its billable events (billing.selectors measures them for
+rating, with the terms the invoice pins); an event that misses is reported here, with its records, and
+is not billed. A retry's superseded attempts are left out, as rating leaves them out. Records that reach
+the store after the invoice is final are late usage (billing.lateness): an event they complete is billed
+on a later invoice, as the contract's late-usage policy says.
 """
 
 from __future__ import annotations
 
 from collections import Counter
-from dataclasses import dataclass, field
+from collections.abc import Sequence
+from dataclasses import dataclass, field, replace
 from datetime import datetime
 
-from catalog.models import PackageCapability
+from catalog.models import Capability
 from clickhouse_store.queries.billing import EventRecord, event_records, superseded_attempts
 from contracts.models import Contract
-from pricing.expressions import Metric, parse_metric
+from pricing.expressions import parse_metric
+
+from .terms import EventTerms, package_event_terms
 
 BILLABLE = "billable"
 FAILED_ACCEPTANCE = "failed_acceptance"
@@ -29,19 +35,18 @@ STATUSES = (BILLABLE, FAILED_ACCEPTANCE, PARTIAL)
 
 
 @dataclass(frozen=True)
-class RequiredCapability:
-    code: str
-    model_id: str
-
-
-@dataclass(frozen=True)
 class BusinessEvent:
     event_id: str
     package: str
     status: str
-    records: list[EventRecord]
-    missing: list[str]  # required capabilities without a successful record
+    records: list[EventRecord]  # by start time
+    missing: list[str]  # required capabilities without a successful record (the report: by code)
     not_accepted: list[str]  # required capabilities whose successful records all fail their rule
+
+    @property
+    def started(self) -> datetime:
+        """When its first record started: the price segment that bills it."""
+        return self.records[0].start_time
 
 
 @dataclass(frozen=True)
@@ -60,51 +65,51 @@ class EventsReport:
     events: list[BusinessEvent] = field(default_factory=list)
 
 
+def measure_events(
+    tenant: str, contract: str, start: datetime, end: datetime, measured: Sequence[EventTerms]
+) -> list[BusinessEvent]:
+    """The business events of [start, end) of these packages of the contract, by package and event id:
+    one query for the records, one for the retries' superseded attempts."""
+    rules = {m: parse_metric(rule, rule=True) for terms in measured for m, rule in terms.rules.items()}
+    by_package = {terms.package: terms for terms in measured}
+    superseded = {a.record_id for a in superseded_attempts([contract], start, end) if a.tenant == tenant}
+    grouped: dict[tuple[str, str], list[EventRecord]] = {}
+    for row in event_records(tenant, contract, start, end, rules):
+        if row.package in by_package and row.record_id not in superseded:
+            grouped.setdefault((row.package, row.event_id), []).append(row)
+    return [
+        _classify(event_id, package, rows, by_package[package].required)
+        for (package, event_id), rows in sorted(grouped.items())
+    ]
+
+
 def business_events(contract: Contract, start: datetime, end: datetime) -> EventsReport:
     """The contract's business events of [start, end), per package it holds that has capabilities."""
-    required: dict[str, list[RequiredCapability]] = {}
-    rules: dict[str, Metric] = {}
-    units: dict[str, str] = {}
-    held = contract.held_packages()
-    links = PackageCapability.objects.filter(package__in=held).select_related("package", "capability")
-    for link in links.order_by("package__code", "capability__code"):
-        capability = link.capability
-        units[link.package.code] = link.package.unit
-        if link.required:
-            required.setdefault(link.package.code, []).append(
-                RequiredCapability(capability.code, capability.model_id)
-            )
-        if capability.acceptance_rule:
-            rules[capability.model_id] = parse_metric(capability.acceptance_rule, rule=True)
-    superseded = {
-        a.record_id
-        for a in superseded_attempts([contract.code], start, end)
-        if a.tenant == contract.tenant.code
-    }
-    grouped: dict[tuple[str, str], list[EventRecord]] = {}
-    for row in event_records(contract.tenant.code, contract.code, start, end, rules):
-        if row.package in required and row.record_id not in superseded:
-            grouped.setdefault((row.package, row.event_id), []).append(row)
+    packages = sorted(
+        (p for found in contract.event_packages().values() for p in found), key=lambda p: p.code
+    )
+    measured = [package_event_terms(p) for p in packages]
+    codes = dict(Capability.objects.filter(packages__in=packages).values_list("model_id", "code"))
     events = [
-        _classify(event_id, package, rows, required[package]) for (package, event_id), rows in grouped.items()
+        replace(e, missing=[codes[m] for m in e.missing], not_accepted=[codes[m] for m in e.not_accepted])
+        for e in measure_events(contract.tenant.code, contract.code, start, end, measured)
     ]
     counted = Counter((e.package, e.status) for e in events)
-    packages = [
-        PackageEvents(code, units[code], {status: counted[(code, status)] for status in STATUSES})
-        for code in sorted(required)
+    report = [
+        PackageEvents(p.code, p.unit, {status: counted[(p.code, status)] for status in STATUSES})
+        for p in packages
     ]
-    return EventsReport(contract.code, start, end, packages, events)
+    return EventsReport(contract.code, start, end, report, events)
 
 
-def _classify(
-    event_id: str, package: str, rows: list[EventRecord], required: list[RequiredCapability]
-) -> BusinessEvent:
+def _classify(event_id: str, package: str, rows: list[EventRecord], required: Sequence[str]) -> BusinessEvent:
+    rows = sorted(rows, key=lambda r: (r.start_time, r.record_id))
     missing, not_accepted = [], []
-    for capability in required:
-        succeeded = [r for r in rows if r.model_id == capability.model_id and r.status == "ok"]
+    for model_id in required:
+        succeeded = [r for r in rows if r.model_id == model_id and r.status == "ok"]
         if not succeeded:
-            missing.append(capability.code)
+            missing.append(model_id)
         elif not any(r.accepted for r in succeeded):
-            not_accepted.append(capability.code)
+            not_accepted.append(model_id)
     status = PARTIAL if missing else FAILED_ACCEPTANCE if not_accepted else BILLABLE
     return BusinessEvent(event_id, package, status, rows, missing, not_accepted)

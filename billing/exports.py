@@ -127,6 +127,7 @@ def invoice_export(invoice: Invoice, previous_sizes: list[int]) -> tuple[dict[st
             "terms": _export_commercial_terms(invoice),
             "catalogue": _export_catalogue(invoice),
             "metrics": _export_metrics(invoice),
+            **_export_events(invoice),
             "lines": _export_lines(invoice),
         },
         "prices": _export_prices(invoice),
@@ -195,7 +196,8 @@ def _export_outcome(ref: str, outcome: Outcome | None) -> dict[str, Any]:
 def _export_line(line: InvoiceLine, outcomes: dict[str, Outcome]) -> dict[str, Any]:
     """A line as exported; one version's line of a dimension whose price changed within the period
     also names the version (`effective_from`) and the part of the period it covers; an SLA service
-    credit states its credit (`service_credit`), an outcome line its billed outcomes (`outcomes`)."""
+    credit states its credit (`service_credit`), an outcome line its billed outcomes (`outcomes`), a
+    business-event line its events with their records (`events`)."""
     exported: dict[str, Any] = {
         "kind": line.kind,
         "dimension": line.dimension,
@@ -211,6 +213,8 @@ def _export_line(line: InvoiceLine, outcomes: dict[str, Outcome]) -> dict[str, A
         exported["coupon"] = line.details["coupon"]
     if "catalogue" in line.details:
         exported["catalogue"] = line.details["catalogue"]
+    if "events" in line.details:
+        exported["events"] = line.details["events"]
     if line.kind == InvoiceLine.Kind.ADJUSTMENT and "invoice" in line.details:
         exported["late_usage"] = {
             key: line.details[key] for key in _LATE_USAGE_DETAILS if key in line.details
@@ -267,6 +271,13 @@ def _export_metrics(invoice: Invoice) -> dict[str, str]:
     """The contract's custom metrics the invoice was rated with (frozen in it): code → expression, its
     aggregation included, so that a verifier re-measures each metric's lines from the records."""
     return dict(Terms.from_json(invoice.terms).metrics)
+
+
+def _export_events(invoice: Invoice) -> dict[str, Any]:
+    """How the invoice's business-event units were measured (frozen in it), under `events`: unit →
+    package, required capabilities' model ids, acceptance rules by model id; nothing without any."""
+    events = Terms.from_json(invoice.terms).events
+    return {"events": {unit: e.as_json() for unit, e in events.items()}} if events else {}
 
 
 def _export_tax_terms(invoice: Invoice) -> dict[str, Any]:

@@ -260,6 +260,7 @@ def _split(
             or terms.coupons
             or (terms.catalogue is not None and measured.catalogue is None)
             or any(c.dimension == Dimension.OUTCOMES for c in terms.charges)
+            or terms.events
             or contract.pk in credited
         ):
             fallback.append(contract)

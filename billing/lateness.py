@@ -129,7 +129,11 @@ def _remeasure(invoices: list[Invoice], owners: dict[int, Contract]) -> dict[int
             terms = Terms.from_json(invoice.terms)
             contract = owners[invoice.contract_id]
             meters[invoice.pk] = ContractMeter(
-                contract.tenant.code, contract.code, terms.metrics, terms.change_instants(start, end)
+                contract.tenant.code,
+                contract.code,
+                terms.metrics,
+                terms.change_instants(start, end),
+                events=terms.events,
             )
         usage = usage_by_contract(list(meters.values()), start, end, as_of=as_of)
         measured.update({pk: usage[meter.contract] for pk, meter in meters.items()})
@@ -207,6 +211,8 @@ def _adjust(
             "invoice": invoice.number,
             "rerated": _rerated(versions, billed, measured, start, end, additive),
         }
+        if dimension in measured.events:
+            details["events"] = _late_events(invoice, earlier_adjustments, dimension, measured)
         if measured.segments and len(measured.segments) == len(billed.segments):
             details["segments"] = [
                 str(part.quantities.get(dimension, ZERO) - was.quantities.get(dimension, ZERO))
@@ -228,6 +234,20 @@ def _adjust(
         found.lines += late_tokens.lines
         found.reports += late_tokens.reports
     return found
+
+
+def _late_events(
+    invoice: Invoice, earlier_adjustments: list[InvoiceLine], unit: str, measured: PeriodUsage
+) -> list[dict[str, object]]:
+    """The business events of the unit that became billable since the invoice and its earlier
+    adjustments billed theirs (a partial event that late records completed), each with its records."""
+    lines = [*invoice.lines.filter(kind=InvoiceLine.Kind.USAGE, dimension=unit), *earlier_adjustments]
+    billed = {e["event_id"] for x in lines if x.dimension == unit for e in x.details.get("events", [])}
+    return [
+        {"event_id": e.event_id, "records": sorted(e.records)}
+        for e in measured.events[unit]
+        if e.event_id not in billed
+    ]
 
 
 def _rerated(

@@ -18,6 +18,7 @@ from contracts.models import NEVER_BILLED, Contract, prices_in_effect
 
 from .rating import PeriodUsage
 from .selectors import ContractMeter, usage_by_contract
+from .terms import priced_events
 from .webhook_events import publish_quota_exhausted
 
 ZERO = Decimal(0)
@@ -43,11 +44,13 @@ class Quota:
 def current_usage(contracts: Sequence[Contract], now: datetime) -> dict[str, PeriodUsage]:
     """This calendar month's (UTC) billable usage of the contracts that are served, in one query."""
     start, end = month_bounds(month_of(now))
-    meters = [
-        ContractMeter(c.tenant.code, c.code, {m.code: m.expression for m in c.metrics.all()})
-        for c in contracts
-        if c.status not in NEVER_BILLED
-    ]
+    meters = []
+    for contract in contracts:
+        if contract.status in NEVER_BILLED:
+            continue
+        metrics = {m.code: m.expression for m in contract.metrics.all()}
+        events = priced_events(contract, (p.dimension for p in contract.prices.all()), set(metrics))
+        meters.append(ContractMeter(contract.tenant.code, contract.code, metrics, events=events))
     return usage_by_contract(meters, start, end)
 
 

@@ -16,7 +16,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 from datetime import datetime
 from decimal import Decimal
-from typing import Any
+from typing import Any, NamedTuple
 
 from clickhouse_store.queries.billing import CatalogueDay
 from common.money import round_money
@@ -67,6 +67,15 @@ class SegmentUsage:
         )
 
 
+class BilledEvent(NamedTuple):
+    """A billable business event (billing.business_events): its id, the records it is made of (by start),
+    and when it started (the price segment that bills it)."""
+
+    event_id: str
+    records: tuple[str, ...]
+    started: datetime
+
+
 @dataclass(frozen=True)
 class PeriodUsage:
     record_count: int
@@ -76,6 +85,8 @@ class PeriodUsage:
     segments: tuple[SegmentUsage, ...] = ()  # in time order, when prices change within the period
     # Tokens per model and day, for a contract priced by the catalogue; None: not measured.
     catalogue: tuple[CatalogueDay, ...] | None = None
+    # Per business-event unit the contract prices, its billable events (their count is the quantity).
+    events: dict[str, tuple[BilledEvent, ...]] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import base64
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field, replace
 from datetime import datetime
 from decimal import Decimal
 from typing import Any
@@ -29,9 +29,11 @@ from pricing.dimensions import (
 )
 from pricing.expressions import Metric, parse_metric
 
+from .business_events import BILLABLE, measure_events
 from .exclusions import rating_exclusions
 from .models import CreditEntry, Invoice, Note, Outcome
-from .rating import PeriodUsage, SegmentUsage
+from .rating import BilledEvent, PeriodUsage, SegmentUsage
+from .terms import EventTerms
 
 METRIC_PLACES = Decimal("0.000001")
 
@@ -47,6 +49,7 @@ class ContractMeter:
     metrics: dict[str, str]
     bounds: tuple[datetime, ...] = ()
     catalogue: bool = False
+    events: dict[str, EventTerms] = field(default_factory=dict)  # business-event units it prices
 
 
 def rated_contracts(meters: Sequence[ContractMeter]) -> list[RatedContract]:
@@ -103,7 +106,41 @@ def usage_by_contract(
             segments=segments if meter.bounds else (),
             catalogue=tuple(days[(meter.tenant, meter.contract)]) if meter.catalogue else None,
         )
+        if meter.events:
+            usage[meter.contract] = _with_events(meter, usage[meter.contract], start, end)
     return usage
+
+
+def _with_events(meter: ContractMeter, usage: PeriodUsage, start: datetime, end: datetime) -> PeriodUsage:
+    """The usage plus, per business-event unit, its billable events: their count is the unit's quantity
+    (in each price segment, those that started in it)."""
+    measured = measure_events(meter.tenant, meter.contract, start, end, list(meter.events.values()))
+    units = {terms.package: unit for unit, terms in meter.events.items()}
+    billed: dict[str, list[BilledEvent]] = {unit: [] for unit in meter.events}
+    for event in measured:
+        if event.status == BILLABLE:
+            records = tuple(r.record_id for r in event.records)
+            billed[units[event.package]].append(BilledEvent(event.event_id, records, event.started))
+    counts = {unit: Decimal(len(events)) for unit, events in billed.items()}
+    segments = tuple(
+        replace(
+            segment,
+            quantities={
+                **segment.quantities,
+                **{
+                    unit: Decimal(sum(segment.start <= e.started < segment.end for e in events))
+                    for unit, events in billed.items()
+                },
+            },
+        )
+        for segment in usage.segments
+    )
+    return replace(
+        usage,
+        quantities={**usage.quantities, **counts},
+        segments=segments,
+        events={unit: tuple(events) for unit, events in billed.items()},
+    )
 
 
 def _summed(rows: list[UsageRow]) -> UsageRow | None:
@@ -148,9 +185,11 @@ def period_usage(
     metrics: dict[str, str] | None = None,
     as_of: datetime | None = None,
     bounds: tuple[datetime, ...] = (),
+    events: dict[str, EventTerms] | None = None,
 ) -> PeriodUsage:
-    """One contract's usage for [start, end), also per price segment when `bounds` are given."""
-    meter = ContractMeter(tenant, contract, metrics or {}, bounds)
+    """One contract's usage for [start, end), also per price segment when `bounds` are given, and its
+    business events of these units."""
+    meter = ContractMeter(tenant, contract, metrics or {}, bounds, events=events or {})
     return usage_by_contract([meter], start, end, as_of)[contract]
 
 

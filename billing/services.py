@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from collections import Counter
 from collections.abc import Iterable, Sequence
+from dataclasses import replace
 from datetime import datetime, timedelta
 from decimal import Decimal
 from typing import Any
@@ -35,7 +36,7 @@ from .models import (
     InvoiceSequence,
 )
 from .parties import invoice_parties, issuers
-from .rating import PeriodUsage, RatedInvoice, RatedLine, rate_period
+from .rating import BilledEvent, PeriodUsage, RatedInvoice, RatedLine, rate_period
 from .selectors import credit_balance, latest_checkpoint, period_usage
 from .service_credits import record_service_credits, release_service_credits, select_service_credits
 from .terms import Terms, terms_of
@@ -76,7 +77,11 @@ def generate_invoice(
                 return invoice
             terms = terms_of(contract, period_start, period_end)
             bounds = terms.change_instants(period_start, period_end)
-            if usage is None or (bounds and tuple(s.start for s in usage.segments[1:]) != bounds):
+            if (
+                usage is None
+                or (bounds and tuple(s.start for s in usage.segments[1:]) != bounds)
+                or set(terms.events) - set(usage.events)
+            ):
                 usage = period_usage(
                     contract.tenant.code,
                     contract.code,
@@ -84,6 +89,7 @@ def generate_invoice(
                     period_end,
                     terms.metrics,
                     bounds=bounds,
+                    events=terms.events,
                 )
             terms, usage = with_catalogue(contract, terms, usage, period_start, period_end)
             outcome_refs: list[str] = []
@@ -112,6 +118,8 @@ def generate_invoice(
                 if line.kind == "usage" and line.dimension == Dimension.OUTCOMES:
                     line.details["outcomes"] = outcome_refs
                     line.details["condition"] = terms.outcome_rule
+                if line.kind == "usage" and line.dimension in usage.events:
+                    line.details["events"] = billed_events(line, usage.events[line.dimension])
             invoice = _write_draft(contract, invoice, terms, usage, rated, period_start, period_end)
             record_late_usage([(late, invoice)])
             record_service_credits(invoice, sla_credits, now)
@@ -139,7 +147,19 @@ def _with_outcomes(
     count, value, refs = outcomes.billable_outcomes(contract, end)
     quantities = {**usage.quantities, Dimension.OUTCOMES: count}
     values = {**usage.values, Dimension.OUTCOMES: value}
-    return PeriodUsage(usage.record_count, quantities, values, usage.excluded, usage.segments), refs
+    return replace(usage, quantities=quantities, values=values), refs
+
+
+def billed_events(line: RatedLine, events: Sequence[BilledEvent]) -> list[dict[str, object]]:
+    """What a business-event line states it bills: each event with its records (a price version's line:
+    the events that started in its segment; a period-bound line: none, it bills no events of its own)."""
+    if "bound" in line.details:
+        return []
+    if "segment_start" in line.details:
+        start = datetime.fromisoformat(line.details["segment_start"])
+        end = datetime.fromisoformat(line.details["segment_end"])
+        events = [e for e in events if start <= e.started < end]
+    return [{"event_id": e.event_id, "records": sorted(e.records)} for e in events]
 
 
 def _coupon_uses(contract: Contract, exclude: Invoice | None) -> Counter[str]:

@@ -9,7 +9,7 @@ ChargeTerms per version (`effective_from`), all of them in the copy.
 from __future__ import annotations
 
 import json
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence, Set
 from dataclasses import dataclass, field, fields
 from datetime import UTC, datetime
 from decimal import Decimal
@@ -18,10 +18,11 @@ from typing import Any, Protocol
 from django.db.models import TextField
 from django.db.models.functions import Cast
 
+from catalog.models import ComputePackage, PackageCapability
 from common.money import MINOR_UNITS
 from contracts.models import Contract, ContractMetric, ContractPrice, ContractTax
 from pricing.charge_models import ChargeModel, build_charge_model
-from pricing.dimensions import CATALOGUE_DIMENSIONS, DIMENSION_CODES, DIMENSION_LABELS
+from pricing.dimensions import CATALOGUE_DIMENSIONS, DIMENSION_CODES, DIMENSION_LABELS, event_unit_label
 from pricing.errors import TermsError
 from pricing.expressions import ADDITIVE_AGGREGATIONS, metric_aggregation, parse_metric
 from pricing.validation import catalogue_priced, validate_charge
@@ -77,6 +78,59 @@ class CatalogueTerms:
 
 
 @dataclass(frozen=True)
+class EventTerms:
+    """How one package's business events are measured (billing.business_events): its code, the model ids
+    of its required capabilities, and each capability's acceptance rule by model id (none: accepted).
+    An invoice pins them under its unit, as it pins custom metrics."""
+
+    package: str
+    required: tuple[str, ...]
+    rules: dict[str, str]
+
+    def as_json(self) -> dict[str, Any]:
+        return {"package": self.package, "required": list(self.required), "rules": dict(self.rules)}
+
+    @classmethod
+    def from_json(cls, data: dict[str, Any]) -> EventTerms:
+        return cls(data["package"], tuple(data["required"]), dict(data["rules"]))
+
+
+def priced_events(contract: Contract, dimensions: Iterable[str], metrics: Set[str]) -> dict[str, EventTerms]:
+    """The business-event units among the dimensions the contract prices: those neither built in nor a
+    metric of it (only then are its packages read)."""
+    others = set(dimensions) - set(DIMENSION_LABELS) - set(metrics)
+    return event_terms(contract, others) if others else {}
+
+
+def event_terms(contract: Contract, units: Set[str] | None = None) -> dict[str, EventTerms]:
+    """The contract's business-event units (of those in `units`, when given) and how each is measured.
+    TermsError when two packages it holds share a unit: a price by that unit would bill both."""
+    found = {}
+    for unit, packages in contract.event_packages().items():
+        if units is not None and unit not in units:
+            continue
+        if len(packages) > 1:
+            raise TermsError(
+                "ambiguous_event_unit",
+                f"Packages {', '.join(p.code for p in packages)} are both measured in {unit!r}.",
+                {"unit": unit, "packages": [p.code for p in packages]},
+            )
+        found[unit] = package_event_terms(packages[0])
+    return found
+
+
+def package_event_terms(package: ComputePackage) -> EventTerms:
+    """How the package's business events are measured, from its capabilities."""
+    links = PackageCapability.objects.filter(package=package).select_related("capability")
+    capabilities = [(link.capability, link.required) for link in links.order_by("capability__model_id")]
+    return EventTerms(
+        package.code,
+        tuple(c.model_id for c, required in capabilities if required),
+        {c.model_id: c.acceptance_rule for c, _ in capabilities if c.acceptance_rule},
+    )
+
+
+@dataclass(frozen=True)
 class CataloguePrice:
     """One catalogue version as rating uses it: per-token prices as decimal text, a cache price the
     catalogue does not state being the input price."""
@@ -93,7 +147,7 @@ class CataloguePrice:
 
 
 _PRICE_FIELDS = ("model_id", "effective_from", "input", "output", "cache_read", "cache_write")
-_CONTAINERS = ("credit_order", "charges", "metrics", "coupons", "taxes", "catalogue")
+_CONTAINERS = ("credit_order", "charges", "metrics", "coupons", "taxes", "catalogue", "events")
 
 
 @dataclass(frozen=True)
@@ -111,6 +165,7 @@ class Terms:
     coupons: list[CouponTerms] = field(default_factory=list)
     taxes: list[TaxTerms] = field(default_factory=list)  # empty: the single `tax_rate` on the subtotal
     catalogue: CatalogueTerms | None = None  # tokens priced by the LLM price catalogue
+    events: dict[str, EventTerms] = field(default_factory=dict)  # priced business-event units
     starts_at: str = ""
     ends_at: str = ""
     outcome_window_hours: int = 72
@@ -131,6 +186,7 @@ class Terms:
         data["coupons"] = [{name: getattr(c, name) for name in _COUPON_FIELDS} for c in self.coupons]
         data["taxes"] = [t.as_json() for t in self.taxes]
         data["catalogue"] = self.catalogue.as_json() if self.catalogue is not None else None
+        data["events"] = {unit: e.as_json() for unit, e in self.events.items()}
         return data
 
     def versions(self) -> dict[str, list[ChargeTerms]]:
@@ -163,11 +219,12 @@ class Terms:
         values["taxes"] = [TaxTerms.from_json(t) for t in data.get("taxes", [])]
         catalogue = data.get("catalogue")
         values["catalogue"] = CatalogueTerms.from_json(catalogue) if catalogue is not None else None
+        values["events"] = {unit: EventTerms.from_json(e) for unit, e in data.get("events", {}).items()}
         return cls(**values)
 
 
 _TERMS_SCALARS = tuple(
-    f.name for f in fields(Terms) if f.name not in ("charges", "coupons", "taxes", "catalogue")
+    f.name for f in fields(Terms) if f.name not in ("charges", "coupons", "taxes", "catalogue", "events")
 )
 _CHARGE_FIELDS = tuple(f.name for f in fields(ChargeTerms) if f.name != "properties")
 _COUPON_FIELDS = tuple(f.name for f in fields(CouponTerms))
@@ -365,7 +422,9 @@ def terms_of(
             shared["metric", expression] = True
     labels = DIMENSION_LABELS
     names = {m.code: m.name for m in metric_rows}
-    codes = frozenset(metrics)
+    events = priced_events(contract, (p.dimension for p in rows.prices), set(metrics))
+    names |= {unit: event_unit_label(unit) for unit in events}
+    codes = frozenset(metrics) | frozenset(events)
     charges = []
     ordered = sorted(rows.prices, key=lambda p: (p.dimension, p.effective_from or _BEGINNING))
     for price in _in_period(ordered, start, end):
@@ -378,7 +437,7 @@ def terms_of(
         if (charge := shared.get(key)) is None:
             charge = shared[key] = _charge_terms(price, label, codes)
         charges.append(charge)
-    order = {d: i for i, d in enumerate([*DIMENSION_CODES, *sorted(metrics)])}
+    order = {d: i for i, d in enumerate([*DIMENSION_CODES, *sorted(metrics), *sorted(events)])}
     charges.sort(key=lambda c: order[c.dimension])  # stable: versions stay oldest first
     if contract.currency not in MINOR_UNITS:
         raise TermsError("unsupported_currency", f"Unsupported currency {contract.currency!r}.", {})
@@ -411,6 +470,7 @@ def terms_of(
         coupons=coupons,
         taxes=[TaxTerms(t.code, t.name, decimal_text(t.rate), tuple(t.applies_to)) for t in rows.taxes],
         catalogue=catalogue,
+        events=events,
         starts_at=contract.starts_at.isoformat(),
         ends_at=contract.ends_at.isoformat() if contract.ends_at else "",
         outcome_window_hours=contract.outcome_window_hours,

@@ -163,6 +163,20 @@ class Contract(models.Model):
         further = ComputePackage.objects.filter(held_by__contract=self).order_by("code")
         return [self.package, *(p for p in further if p.pk != self.package_id)]
 
+    def event_packages(self) -> dict[str, list[ComputePackage]]:
+        """The packages it holds that are measured in business events (those with capabilities), by
+        their unit: a price named by a unit bills that package's events (billing.terms)."""
+        found: dict[str, list[ComputePackage]] = {}
+        for package in self.held_packages():
+            if package.package_capabilities.exists():
+                found.setdefault(package.unit, []).append(package)
+        return found
+
+    def priced_codes(self) -> set[str]:
+        """What a price may name besides the built-in dimensions: its custom metrics' codes and its
+        business-event units."""
+        return set(self.metrics.values_list("code", flat=True)) | set(self.event_packages())
+
 
 class ContractPackage(models.Model):
     """A further package a contract holds beside its own (`Contract.package`): its keys may be issued for
@@ -275,7 +289,7 @@ class ContractPrice(models.Model):
         properties = dict(self.properties or {})
         if self.charge_model == PER_UNIT:
             properties.setdefault("unit_price", str(self.unit_price))
-        codes = set(self.contract.metrics.values_list("code", flat=True)) if self.contract_id else set()
+        codes = self.contract.priced_codes() if self.contract_id else set()
         try:
             validate_charge(self.dimension, self.charge_model, properties, codes)
             if self.contract_id and self.effective_from is not None and self._moved():

@@ -76,8 +76,7 @@ def set_charge(
                 "missing_property", "A per-unit charge needs 'unit_price'.", {"property": "unit_price"}
             )
         properties["unit_price"] = str(_decimal(raw, "unit_price"))
-    metric_codes = set(contract.metrics.values_list("code", flat=True))
-    validate_charge(dimension, charge_model, properties, metric_codes)
+    validate_charge(dimension, charge_model, properties, contract.priced_codes())
     if contract.price_by_catalogue and dimension in CATALOGUE_DIMENSIONS:
         raise catalogue_priced([dimension])
     included = _decimal(included_quantity, "included_quantity")

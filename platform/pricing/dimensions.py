@@ -55,6 +55,13 @@ AGGREGATED_DIMENSIONS: tuple[str, ...] = tuple(d for d in DIMENSION_CODES if d !
 SCALE: dict[str, Decimal] = {Dimension.L3_SECONDS: Decimal(1_000_000)}
 
 
+def event_unit_label(unit: str) -> str:
+    """An invoice line's name for a business-event unit: `contract_review_event` → "Contract review
+    events"."""
+    words = unit.replace("_", " ").replace("-", " ").strip()
+    return (words[:1].upper() + words[1:]) + ("" if words.endswith("s") else "s")
+
+
 def quantity_from_aggregate(dimension: str, raw: int) -> Decimal:
     return Decimal(raw) / SCALE.get(dimension, Decimal(1))
 

@@ -12,13 +12,15 @@ from .errors import TermsError
 
 
 def validate_charge(
-    dimension: str, charge_model: str, properties: Mapping[str, Any], metric_codes: Set[str]
+    dimension: str, charge_model: str, properties: Mapping[str, Any], codes: Set[str]
 ) -> ChargeModel:
-    """TermsError unless the dimension is known and the charge model's properties are valid."""
-    if dimension not in DIMENSION_LABELS and dimension not in metric_codes:
+    """TermsError unless the dimension is built in or one of `codes` (the contract's metric codes and
+    business-event units) and the charge model's properties are valid."""
+    if dimension not in DIMENSION_LABELS and dimension not in codes:
         raise TermsError(
             "unknown_dimension",
-            f"Unknown dimension {dimension!r}: use one of {', '.join(DIMENSION_CODES)} or a metric code.",
+            f"Unknown dimension {dimension!r}: use one of {', '.join(DIMENSION_CODES)}, a metric code "
+            "or the business-event unit of a package the contract holds.",
             {"dimension": dimension},
         )
     return build_charge_model(charge_model, properties)

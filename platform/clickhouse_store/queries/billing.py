@@ -612,7 +612,8 @@ def record_aggregates(tenant: str, contract: str, record_ids: Sequence[str]) -> 
 
 class EventRecord(NamedTuple):
     """A record of a business event: the customer's event id (the record's `client_request_id`), the
-    package it was made under, its model and status, and whether its model's acceptance rule holds."""
+    package it was made under, its model and status, whether its model's acceptance rule holds, and
+    when it started (UTC)."""
 
     event_id: str
     record_id: str
@@ -642,4 +643,4 @@ def event_records(
         "ORDER BY client_request_id, start_time, record_id"
     )
     rows = query.select(sql, {**params, "tenant": tenant, "contract": contract, "start": start, "end": end})
-    return [EventRecord(e, r, p, m, s, bool(a), t) for e, r, p, m, s, a, t in rows]
+    return [EventRecord(e, r, p, m, s, bool(a), t.replace(tzinfo=UTC)) for e, r, p, m, s, a, t in rows]
