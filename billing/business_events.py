@@ -1,7 +1,7 @@
 """Business events: what a composed package is measured and billed in ("contract review events").
 
 The customer (or the package) gives each call of an event the same event id: the record's
-`client_request_id` (`X-Client-Request-Id`, or a capability call's `event_id`). An event of a package is
+`client_request_id` (`X-Request-Id`, or a capability call's `event_id`). An event of a package is
 the records of the period made under that package with one event id. It is
 - `billable` when each of the package's required capabilities has a successful record whose acceptance
   rule holds (the capability's outcome rule over the record, pricing.expressions; none: it holds);

@@ -4,6 +4,7 @@ scale."""
 
 from __future__ import annotations
 
+from decimal import Decimal
 from io import StringIO
 from pathlib import Path
 from typing import Any
@@ -56,7 +57,8 @@ def test_run_demo_invoices_what_the_tree_served_and_its_burst_borrows_and_scales
     assert built.quote["formula"] in text
     rows = query.select(
         f"SELECT contract, count(), countIf(status = 'ok') FROM {query.RECORDS} "
-        "WHERE NOT startsWith(client_request_id, 'burst-') GROUP BY contract"
+        "WHERE NOT startsWith(client_request_id, 'burst-') AND NOT startsWith(client_request_id, 'review-') "
+        "GROUP BY contract"
     )
     stored = {contract: (records, served) for contract, records, served in rows}
     # Keys cycle over acme (gold, standard), st-mary (gold), nova (batch); the malformed request is acme's.
@@ -69,10 +71,18 @@ def test_run_demo_invoices_what_the_tree_served_and_its_burst_borrows_and_scales
     everything = dict(query.select(f"SELECT contract, count() FROM {query.RECORDS} GROUP BY contract"))
     assert invoices == everything and everything["nova-batch-2026"] > 2  # the burst's records too
     assert "records all invoiced" in text
+    # The composed package billed by business event: 8 contract reviews in 9 calls; review-0's only answer
+    # is too short, review-4's second one is long enough.
+    assert "Business events of acme-legal-review-2026: billable 7, failed acceptance 1, partial 0" in text
+    acme = Invoice.objects.get(contract__code="acme-legal-review-2026")
+    line = acme.lines.get(dimension="contract_review_event")
+    assert (line.description, line.quantity, line.amount) == ("Contract review events", 7, Decimal("87.50"))
+    assert sorted(e["event_id"] for e in line.details["events"]) == [f"review-{n}" for n in range(1, 8)]
     # Through the tree: every served request is a v2 record of an executor, with the router's decision.
     [(routed, executors)] = query.select(
         f"SELECT countIf(v = 2), groupUniqArray(agent_id) FROM {query.RECORDS} "
-        "WHERE status = 'ok' AND NOT startsWith(client_request_id, 'burst-')"
+        "WHERE status = 'ok' AND NOT startsWith(client_request_id, 'burst-') "
+        "AND NOT startsWith(client_request_id, 'review-')"
     )
     assert routed == 8 and set(executors) <= {"demo-exec-a", "demo-exec-b", "demo-exec-c"}
     assert "Serving tree:" in text and "per domain (classifier):" in text and "hop latency per layer" in text

@@ -20,20 +20,26 @@ from django.core.management.base import BaseCommand, CommandError
 from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
+from billing.business_events import business_events
+from billing.models import Invoice
 from billing.presentation import invoice_table
 from billing.selectors import invoice_with_lines
 from billing.services import generate_invoice
 from clickhouse_store.migrator import apply_migrations
 from clickhouse_store.queries.records import count_records, layer_latencies
 from common.money import round_money
+from compute_agents.checkpoint import read_manifest
+from contracts.models import Contract
+from demo.events import EVENT_PACKAGE, EVENT_UNIT, MIN_TOKENS, seed_event_package
 from demo.factory import build_demo_package
 from demo.history import backfill, seed_terms
 from demo.server import start_api_server
 from demo.services import DemoSetup, ensure_admin, seed_demo
-from demo.tree import BATCH, REPLICA, RunningTree, start_tree
+from demo.tree import BATCH, REPLICA, RunningTree, model_dir, start_tree
 from scheduling.models import SchedulerEvent
 
 BURST_SENDERS = 6
+EVENTS = 8  # contract review events sent, one or two calls each
 BURST_LIMIT_S = 90
 SETTLE_LIMIT_S = 45  # after the burst: the loan returned (held 10 s) and the replica stopped
 PROMPTS = (
@@ -75,6 +81,8 @@ class Command(BaseCommand):
             call_command("migrate", verbosity=0)
             apply_migrations()
             setup = seed_demo(settings.DATA_DIR)
+            model_id = str(read_manifest(model_dir(settings.DATA_DIR))["model_id"])
+            event_key = seed_event_package(setup.contract, model_id)
             seed_terms()
             built = build_demo_package(setup.tenant.code)
             admin_user, admin_password = ensure_admin(settings.DATA_DIR)
@@ -106,6 +114,7 @@ class Command(BaseCommand):
             if options["history_days"] > 0:
                 self._history(console, setup, url, options["history_days"], tree.model)
             self._send_requests(console, setup, tree, options["requests"])
+            self._send_events(console, tree, event_key)
             if options["burst"] > 0:
                 self._burst(console, setup, tree, options["burst"])
             self._tree_summary(console, tree.get("/tree/stats"))
@@ -207,6 +216,40 @@ class Command(BaseCommand):
         if statuses.get(200) != count:
             raise CommandError(f"Only {statuses.get(200, 0)} of {count} requests were served.")
 
+    def _send_events(self, console: Console, tree: RunningTree, key: str) -> None:
+        """Contract review events through the L1 router, each one or two calls with one event id (the
+        `X-Request-Id`): a long enough answer is accepted; a too short one fails acceptance, unless
+        the event's second call is accepted."""
+        with httpx.Client(base_url=tree.url, timeout=60) as client:
+            for number in range(EVENTS):
+                tokens = (12,) if number % 4 else (2, 12) if number % 8 else (2,)
+                for max_tokens in tokens:
+                    body = {"model": "tiny", "prompt": PROMPTS[number % 2], "max_tokens": max_tokens}
+                    headers = {"Authorization": f"Bearer {key}", "X-Request-Id": f"review-{number}"}
+                    answer = client.post("/v1/completions", json=body, headers=headers)
+                    if answer.status_code != 200:
+                        raise CommandError(f"Event review-{number}: HTTP {answer.status_code} {answer.text}")
+        console.print(
+            f"Business events: {EVENTS} contract reviews sent under package {EVENT_PACKAGE} "
+            f"(each accepted when an answer has ≥ {MIN_TOKENS} tokens)"
+        )
+
+    def _events_billed(
+        self, console: Console, contract: Contract, invoice: Invoice, start: datetime, end: datetime
+    ) -> None:
+        """The events report beside the invoice's event line: one figure."""
+        report = business_events(contract, start, end)
+        counts = next(p.counts for p in report.packages if p.package == EVENT_PACKAGE)
+        line = invoice.lines.get(dimension=EVENT_UNIT)
+        console.print(
+            f"Business events of {contract.code}: billable {counts['billable']}, failed acceptance "
+            f"{counts['failed_acceptance']}, partial {counts['partial']}  ·  invoice line "
+            f"{line.description}: {line.quantity.normalize():f} × {line.unit_price:.2f} = "
+            f"{line.amount} {invoice.currency} (the line lists {len(line.details['events'])} events)"
+        )
+        if line.quantity != counts["billable"] or len(line.details["events"]) != counts["billable"]:
+            raise CommandError(f"The invoice bills {line.quantity} events; the report counts {counts}.")
+
     def _burst(self, console: Console, setup: DemoSetup, tree: RunningTree, limit_s: int) -> None:
         """Batch requests from BURST_SENDERS at once, until the scheduler has lent subtree batch an
         executor of default and the autoscaler's replica has passed its warm-up and joined; then quiet,
@@ -301,6 +344,8 @@ class Command(BaseCommand):
             console.print(
                 f"ClickHouse: {records} records for {contract.code} in this run, {served} served (billed)"
             )
+            if contract == setup.contract:
+                self._events_billed(console, contract, invoice, period_start, period_end)
             mismatched = [
                 line
                 for line in invoice.lines.all()
