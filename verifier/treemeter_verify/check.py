@@ -29,6 +29,7 @@ from .credits import (
     prepaid_credit_finding,
     service_credit_findings,
 )
+from .events import event_findings
 from .keys import PinnedKeys
 from .late import late_usage_findings
 from .merkle import ProofError, root_from_multi_inclusion, root_of_leaves, verify_consistency
@@ -189,6 +190,7 @@ def _verify(
     billable = _billable(invoice, lines, retried) if _rates_records(invoice) else []
     _check_metrics(invoice, manifest["prices"], billable, report)
     _check_catalogue(invoice, billable, report)
+    _check_events(invoice, manifest["prices"], lines, retried, report)
     _check_outcomes(invoice, manifest["prices"], scans, lines, retried, report)
     _check_service_credits(invoice, report)
     for finding in late_usage_findings(invoice, manifest.get("earlier_terms", {})):
@@ -530,6 +532,19 @@ def _check_metrics(
         report.add(check, problems, good)
 
 
+def _check_events(
+    invoice: dict[str, Any],
+    prices: dict[str, Any],
+    lines: Sequence[bytes],
+    superseded: set[str],
+    report: Report,
+) -> None:
+    """Business-event lines of the units the invoice pins (``events``), re-derived from the export's
+    records (``events.event_findings``: the lines are parsed again only for an invoice with such units)."""
+    for finding in event_findings(invoice, prices, map(load_record, lines), superseded):
+        _add(report, finding)
+
+
 def _add(report: Report, finding: Finding) -> None:
     if finding.problems is None:
         report.skip(finding.check, finding.detail)
@@ -661,6 +676,8 @@ def _check_lines(
             continue  # priced by the model price catalogue: `_check_catalogue`
         if kind == "usage" and dimension in (invoice.get("metrics") or {}):
             continue  # a custom metric of the pinned terms: `_check_metrics`
+        if kind == "usage" and dimension in (invoice.get("events") or {}):
+            continue  # a business-event unit of the pinned terms: `_check_events`
         if kind == "service_credit" or (kind == "usage" and dimension == "outcomes"):
             continue  # from their stated details: `_check_service_credits`, `_check_outcomes`
         if kind == "adjustment":
