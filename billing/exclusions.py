@@ -1,4 +1,4 @@
-"""Records rating leaves out, from three sources:
+"""Records rating leaves out, from four sources:
 
 - a `BillingExclusion` (finance resolved a dispute as the customer's dependency): that record;
 - a retry's signed decision (`supersedes`, docs/record-format.md): the attempts it names, which were
@@ -6,7 +6,10 @@
   ran it;
 - a billing pause from the registered pause source (`billing.adjustments`; sla registers its
   `customer_dependency` exclusions on contracts whose term `pause_billing_on_customer_dependency` is
-  on): the records in its window (all, or only the failed ones).
+  on): the records in its window (all, or only the failed ones);
+- a gray release (`releases`): the records of a package made while a stage with billing off was in
+  force there. They are gray usage: metered, shown on the invoice with the reason `gray_release` and its
+  stages, billed at zero.
 
 `as_of` re-measures a finalised period as it was billed: exclusions made after it was finalised were
 credited by notes (or change nothing), so leaving them in keeps a late record from hiding behind them.
@@ -19,6 +22,8 @@ from datetime import datetime
 from typing import Any
 
 from clickhouse_store.queries.billing import Excluded, PauseWindow, superseded_attempts
+from clickhouse_store.queries.releases import gray_record_ids
+from releases.selectors import GrayWindow, gray_windows
 from treemeter_records.timeutil import unix_nanos
 
 from .adjustments import BillingPause, registered_sources
@@ -33,11 +38,14 @@ class RatingExclusions:
     disputes: dict[str, list[int]] = field(default_factory=dict)
     pauses: dict[str, list[BillingPause]] = field(default_factory=dict)
     superseded: dict[str, list[str]] = field(default_factory=dict)
+    gray: dict[str, list[GrayWindow]] = field(default_factory=dict)
+    gray_ids: dict[str, list[str]] = field(default_factory=dict)  # neither disputed nor superseded
 
     def excluded(self) -> Excluded:
-        """What the rating query leaves out (`clickhouse_store.queries.billing.usage_rows`)."""
+        """What the rating query leaves out (`clickhouse_store.queries.billing.usage_rows`): gray records
+        by their ids, beside the disputed ones (the query counts both as `by_dispute`)."""
         return Excluded(
-            tuple(r for ids in self.record_ids.values() for r in ids),
+            tuple(r for ids in (*self.record_ids.values(), *self.gray_ids.values()) for r in ids),
             tuple(
                 PauseWindow(x.contract, x.starts_at, x.ends_at, x.failed_only)
                 for found in self.pauses.values()
@@ -47,12 +55,16 @@ class RatingExclusions:
         )
 
     def describe(self, contract: str, by_dispute: int, by_pause: int, by_retry: int) -> dict[str, Any]:
-        """The invoice's statement of what was excluded and why (empty when nothing applied)."""
-        if not (self.disputes.get(contract) or self.pauses.get(contract) or by_retry):
+        """The invoice's statement of what was excluded and why (empty when nothing applied). `by_dispute`
+        is the rating query's count of records excluded by id: the gray ones are told apart here."""
+        gray = self.gray.get(contract)
+        if not (self.disputes.get(contract) or self.pauses.get(contract) or by_retry or gray):
             return {}
+        by_gray = len(self.gray_ids.get(contract, ()))
+        stated = {"by_gray_release": by_gray, "gray_release": [w.as_json() for w in gray]} if gray else {}
         return {
             "records": by_dispute + by_pause + by_retry,
-            "by_dispute": by_dispute,
+            "by_dispute": by_dispute - by_gray,
             "by_sla_pause": by_pause,
             "by_retry": by_retry,
             "disputes": self.disputes.get(contract, []),
@@ -66,6 +78,7 @@ class RatingExclusions:
                 }
                 for x in self.pauses.get(contract, [])
             ],
+            **stated,
         }
 
 
@@ -95,4 +108,23 @@ def rating_exclusions(
     for attempt in superseded_attempts(list(owners), start, end):
         if owners[attempt.contract] == attempt.tenant and (as_of is None or attempt.ingested_at <= as_of):
             superseded.setdefault(attempt.contract, []).append(attempt.record_id)
-    return RatingExclusions(record_ids, disputes, pauses, superseded)
+    gray = gray_windows(owners, start, end)
+    gray_ids = {
+        contract: _gray_ids(owners[contract], contract, windows, start, end, record_ids, superseded)
+        for contract, windows in gray.items()
+    }
+    return RatingExclusions(record_ids, disputes, pauses, superseded, gray, gray_ids)
+
+
+def _gray_ids(
+    tenant: str,
+    contract: str,
+    windows: list[GrayWindow],
+    start: datetime,
+    end: datetime,
+    *taken: dict[str, list[str]],
+) -> list[str]:
+    """The contract's records in its gray windows that no dispute or retry already leaves out."""
+    spans = [(w.package, unix_nanos(w.starts_at), unix_nanos(w.ends_at)) for w in windows]
+    already = {r for found in taken for r in found.get(contract, ())}
+    return [r for r in gray_record_ids(tenant, contract, spans, start, end) if r not in already]

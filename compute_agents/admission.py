@@ -1,6 +1,6 @@
 """Admission (L1): who is asking (key → entitlement), whether the request may run (its format, the rules
-file, the model it names, the model's context), which path it takes (the policy table), and the quota it
-holds while it runs. Every check is before the forward pass."""
+file, the model it names, the model's context, the gray release of its package), which path it takes
+(the policy table), and the quota it holds while it runs. Every check is before the forward pass."""
 
 from __future__ import annotations
 
@@ -12,6 +12,7 @@ from .engine import Engine
 from .entitlements import Entitlement, EntitlementStore, Quota, Reservation
 from .leases import LeaseUnavailable
 from .params import CompletionRequest, parse_request
+from .releases import HourlyCalls
 from .router import RequestRefused, Rules
 from .spool import Spool
 from .wire import ApiError
@@ -72,13 +73,20 @@ def check_rules(rules: Rules, route: str, body: Any) -> None:
 
 class Admission:
     def __init__(
-        self, engine: Engine, spool: Spool, entitlements: EntitlementStore, rules: Rules, quota: Quota
+        self,
+        engine: Engine,
+        spool: Spool,
+        entitlements: EntitlementStore,
+        rules: Rules,
+        quota: Quota,
+        released: HourlyCalls | None = None,
     ) -> None:
         self.engine = engine
         self.spool = spool
         self.entitlements = entitlements
         self.rules = rules
         self.quota = quota
+        self.released = released or HourlyCalls()
 
     def authenticate(self, authorization: str | None) -> Entitlement:
         """The key's entitlement; refused (no record) when the agent cannot serve or the key may not."""
@@ -93,7 +101,7 @@ class Admission:
         path: tuple[str, ...] | None = None,
     ) -> Admitted:
         """Parse, rules, model, context, path (the policy table's, or ``path`` an L1 router decided),
-        quota reservation; a refusal raises ApiError (the caller records it)."""
+        gray release and quota reservation; a refusal raises ApiError (the caller records it)."""
         request = parse_request(route, body)
         check_rules(self.rules, route, body)
         if request.model not in self.engine.served_names or not entitlement.reaches(self.engine.model_id):
@@ -104,7 +112,7 @@ class Admission:
         self._check_context(request, tokens_in, "prompt" if isinstance(given, str) else "messages")
         path = path or self.rules.path_for(entitlement.package, entitlement.sla_class)
         worst_case = tokens_in + request.n * request.sampling.max_tokens
-        reservation = self.reserve(entitlement, worst_case, now_ns)
+        reservation = self.reserve_released(entitlement, self.engine.model_id, worst_case, now_ns)
         return Admitted(request, prompt, tokens_in, path, reservation)
 
     def _check_context(self, request: CompletionRequest, tokens_in: int, param: str) -> None:
@@ -119,6 +127,21 @@ class Admission:
                 f"Please reduce the length of the {param} or completion.",
                 param,
             )
+
+    def reserve_released(
+        self, entitlement: Entitlement, model_id: str, tokens: int, now_ns: int
+    ) -> Reservation:
+        """The gray release first (403 for a capability its stage does not turn on, 429 above its hourly
+        cap; compute_agents.releases), then the quota; a call the quota refuses is not counted."""
+        counted = self.released.take(
+            entitlement.contract, entitlement.package, entitlement.release, model_id, now_ns
+        )
+        try:
+            return self.reserve(entitlement, tokens, now_ns)
+        except ApiError:
+            if counted:
+                self.released.give_back(entitlement.contract, entitlement.package, model_id, now_ns)
+            raise
 
     def reserve(self, entitlement: Entitlement, tokens: int, now_ns: int) -> Reservation:
         """Hold ``tokens`` of the key's quota; refused with 429, or 503 when no lease can be had."""

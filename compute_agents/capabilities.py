@@ -6,7 +6,8 @@ id; otherwise, as for a code nobody configured, the answer is 404 ``model_not_fo
 no model, so a refusal never tells that another package's capability exists. Every call of an
 authenticated key leaves a record, on the path L1→L3→L1 (L3: the onnxruntime run), counting items for
 tokens (``tokens_in``: the first input's batch size, ``tokens_out``: the first output's): ``ok``;
-``rejected`` (unknown capability, bad inputs, quota; nothing counted); ``timeout`` (504, the items in
+``rejected`` (unknown capability, bad inputs, a capability its gray release does not turn on or above
+its hourly cap, quota; nothing counted); ``timeout`` (504, the items in
 and no output); ``error`` (500, the same). Only ``ok`` is billed.
 """
 
@@ -98,7 +99,7 @@ class CapabilityService:
     def _admit(
         self, trip: Trip, entitlement: Entitlement, code: str, body: Any
     ) -> tuple[Capability, dict[str, np.ndarray[Any, Any]], Reservation]:
-        """Access, inputs, quota; a refusal leaves a ``rejected`` record."""
+        """Access, inputs, gray release, quota; a refusal leaves a ``rejected`` record."""
         capability = self.executor.capabilities.get(code)
         if capability is not None and (
             entitlement.package not in capability.packages or not entitlement.reaches(capability.model_id)
@@ -108,7 +109,9 @@ class CapabilityService:
             if capability is None:
                 raise capability_not_found(code)
             feeds = self._feeds(trip, capability, body)
-            reservation = self.admission.reserve(entitlement, capability.most_items(feeds), trip.start_ns)
+            reservation = self.admission.reserve_released(
+                entitlement, capability.model_id, capability.most_items(feeds), trip.start_ns
+            )
         except ApiError:
             self.meter.record_usage(
                 trip, entitlement, Usage(), "rejected", ("L1",), model=capability or UnknownModel()

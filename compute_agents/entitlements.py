@@ -32,9 +32,13 @@ from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey,
 from treemeter_records import protocol
 
 from .manifest_signature import ManifestTrust
+from .releases import Release
 from .spool import Spool
 
 log = structlog.get_logger("compute_agents.entitlements")
+
+
+OPTIONAL_FIELDS = frozenset({"models", "release"})  # a snapshot's key may lack them
 
 
 class SnapshotError(RuntimeError):
@@ -53,6 +57,8 @@ class Entitlement:
     status: str
     # The model ids the key's compute package reaches (the snapshot's optional ``models``); empty: any.
     models: frozenset[str] = frozenset()
+    # The gray release in force for the key's package (the snapshot's optional ``release``); None: none.
+    release: Release | None = None
 
     @classmethod
     def from_snapshot(cls, entry: dict[str, Any]) -> Entitlement:
@@ -60,8 +66,12 @@ class Entitlement:
         models = entry.get("models") or []
         if not isinstance(models, list) or not all(isinstance(model, str) for model in models):
             raise SnapshotError(f"key {entry.get('prefix')!r}: models must be a list of model ids")
-        fields = {name: entry[name] for name in cls.__dataclass_fields__ if name != "models"}
-        return cls(**fields, models=frozenset(models))
+        try:
+            release = Release.from_snapshot(entry["release"]) if entry.get("release") is not None else None
+        except ValueError as error:
+            raise SnapshotError(f"key {entry.get('prefix')!r}: {error}") from None
+        fields = {name: entry[name] for name in cls.__dataclass_fields__ if name not in OPTIONAL_FIELDS}
+        return cls(**fields, models=frozenset(models), release=release)
 
     def reaches(self, model_id: str) -> bool:
         """Whether the key's package may use the model ``model_id`` (no list: every model)."""

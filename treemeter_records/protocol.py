@@ -7,6 +7,10 @@
   with a body (the quota lease calls) appends ``"\n" + hex SHA-256(body)``, so the body is signed too.
 - The entitlement snapshot is signed by the platform's Ed25519 key over
   ``SNAPSHOT_DOMAIN + canonical_bytes(snapshot)``; agents verify it against the pinned platform key.
+  A key whose contract package is in a gray release carries ``release``: ``{"plan", "stage", "models":
+  [{"model_id", "hourly_cap", "plan_hourly_cap"}]}``: only those models are on, each capped per UTC hour
+  at ``hourly_cap`` calls on this agent (its share of ``plan_hourly_cap``; null: no cap). Without
+  ``release`` the key's package is fully released.
 - An L1 router's routing decision travels to the executor it chose as
   ``{"claims": …, "key_id": …, "sig": …}``, signed by the router's key over
   ``DECISION_DOMAIN + canonical_bytes(claims)``; the executor verifies it against the router key it pinned.
@@ -27,6 +31,7 @@ from .encoding import canonical_bytes
 from .signing import key_id_for
 
 API_KEY_PREFIX = "tmk_"
+RELEASE_FIELDS = frozenset({"plan", "stage", "models"})  # a snapshot key's ``release`` (docstring)
 SNAPSHOT_VERSION = 1
 SNAPSHOT_DOMAIN = b"treemeter-entitlements-v1\n"
 REQUEST_DOMAIN = b"treemeter-agent-request-v1\n"

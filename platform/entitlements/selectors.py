@@ -12,6 +12,7 @@ from agents.models import AgentKey
 from agents.selectors import agent_scope, model_keys_in_force
 from catalog.models import ComputePackage, PackageCapability
 from contracts.models import Contract
+from releases.selectors import ReleaseInForce, releases_in_force
 from treemeter_records.protocol import SNAPSHOT_VERSION
 
 from .models import ApiKey
@@ -51,14 +52,27 @@ def package_models() -> dict[int, list[str]]:
     return models
 
 
+def _release(releases: dict[tuple[int, int], ReleaseInForce], api_key: ApiKey) -> dict[str, Any]:
+    """The key's `release` entry, only when a gray release is in force for its contract package."""
+    release = releases.get((api_key.contract_id, key_package(api_key).pk))
+    return {} if release is None else {"release": release.as_json()}
+
+
 def entitlement_snapshot(agent_key: AgentKey) -> dict[str, Any]:
-    """Every API key of the contracts this agent may report for (and only those), with its binding; and
-    the model publisher keys in force, whose signature an agent needs on a checkpoint's manifest."""
+    """Every API key of the contracts this agent may report for (and only those), with its binding and
+    the gray release in force for its package (`release`: the capabilities on and this agent's share of
+    their hourly caps; absent without one); and the model publisher keys in force, whose signature an agent
+    needs on a checkpoint's manifest."""
     scope = agent_scope(agent_key.agent_id)
-    keys = ApiKey.objects.select_related("tenant", "contract__package", "package").filter(
-        tenant__code__in=list(scope.tenants)
-    )
+    keys = [
+        k
+        for k in ApiKey.objects.select_related("tenant", "contract__package", "package").filter(
+            tenant__code__in=list(scope.tenants)
+        )
+        if scope.allows(k.tenant.code, k.contract.code)
+    ]
     models = package_models()
+    releases = releases_in_force(agent_key.agent.agent_id, {k.contract_id for k in keys})
     now = time.time_ns()
     return {
         "v": SNAPSHOT_VERSION,
@@ -77,9 +91,9 @@ def entitlement_snapshot(agent_key: AgentKey) -> dict[str, Any]:
                 "quota_tokens": k.quota_tokens,
                 "quota_period": "month",
                 "status": _status(k),
+                **_release(releases, k),
             }
             for k in keys
-            if scope.allows(k.tenant.code, k.contract.code)
         ],
         "model_keys": [
             {"model_id": m.model_id, "key_id": m.key_id, "public_key": m.public_key}
