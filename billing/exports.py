@@ -6,6 +6,7 @@ from __future__ import annotations
 import gzip
 from collections import defaultdict
 from dataclasses import dataclass
+from datetime import datetime
 from typing import Any
 
 import orjson
@@ -128,6 +129,7 @@ def invoice_export(invoice: Invoice, previous_sizes: list[int]) -> tuple[dict[st
             "catalogue": _export_catalogue(invoice),
             "metrics": _export_metrics(invoice),
             **_export_events(invoice),
+            **_export_gray_release(invoice),
             "lines": _export_lines(invoice),
         },
         "prices": _export_prices(invoice),
@@ -278,6 +280,28 @@ def _export_events(invoice: Invoice) -> dict[str, Any]:
     package, required capabilities' model ids, acceptance rules by model id; nothing without any."""
     events = Terms.from_json(invoice.terms).events
     return {"events": {unit: e.as_json() for unit, e in events.items()}} if events else {}
+
+
+def _export_gray_release(invoice: Invoice) -> dict[str, Any]:
+    """The gray-release stages with billing off whose records rating left out (frozen in the invoice's
+    exclusions), under `gray_release`: package and [starts_ns, ends_ns); nothing without any."""
+    windows = invoice.terms.get("exclusions", {}).get("gray_release", [])
+    return (
+        {
+            "gray_release": [
+                {
+                    "plan": w["plan"],
+                    "stage": w["stage"],
+                    "package": w["package"],
+                    "starts_ns": unix_nanos(datetime.fromisoformat(w["starts_at"])),
+                    "ends_ns": unix_nanos(datetime.fromisoformat(w["ends_at"])),
+                }
+                for w in windows
+            ]
+        }
+        if windows
+        else {}
+    )
 
 
 def _export_tax_terms(invoice: Invoice) -> dict[str, Any]:

@@ -30,6 +30,7 @@ from .credits import (
     service_credit_findings,
 )
 from .events import event_findings
+from .gray import gray_records
 from .keys import PinnedKeys
 from .late import late_usage_findings
 from .merkle import ProofError, root_from_multi_inclusion, root_of_leaves, verify_consistency
@@ -176,7 +177,9 @@ def _verify(
         foreign.append("a record id appears more than once")
     usage = [sum(column) for column in zip(*(scan.usage for scan in scans), strict=True)]
     superseded, unbilled = _superseded(scans, lines)
-    usage = [total - left_out for total, left_out in zip(usage, unbilled, strict=True)]
+    retried = _superseded_ids(invoice, scans)
+    gray, gray_usage = gray_records(invoice, lines, retried)
+    usage = [total - left - grey for total, left, grey in zip(usage, unbilled, gray_usage, strict=True)]
     report.add("batch signatures", unsigned, f"{len(lines)} records in {len(batches)} agent-signed batches")
     report.add("records belong to the invoice", foreign, f"{len(lines)} records of {invoice['contract']}")
     misrouted = [p for scan in scans for p in scan.misrouted]
@@ -184,10 +187,10 @@ def _verify(
     _check_superseded(superseded, report)
     _check_inclusion(proven, inclusion, manifest, unlogged, report)
     _check_completeness(batches, manifest.get("reported_gaps", {}), report)
+    _check_gray_release(invoice, gray, report)
     _check_lines(invoice, manifest["prices"], usage, len(lines), report)
-    retried = _superseded_ids(invoice, scans)
     # Read again, once, only for an invoice whose lines need the records one by one.
-    billable = _billable(invoice, lines, retried) if _rates_records(invoice) else []
+    billable = _billable(invoice, lines, retried | gray) if _rates_records(invoice) else []
     _check_metrics(invoice, manifest["prices"], billable, report)
     _check_catalogue(invoice, billable, report)
     _check_events(invoice, manifest["prices"], lines, retried, report)
@@ -239,6 +242,17 @@ def _line_of(k: int, skipped: list[int]) -> int:
             break
         k += 1
     return k
+
+
+def _check_gray_release(invoice: dict[str, Any], gray: set[str], report: Report) -> None:
+    """Records of gray-release stages with billing off (``gray_release``): in the export, never billed."""
+    windows = invoice.get("gray_release") or []
+    if not windows:
+        report.skip("gray release", "no stage with billing off in the period")
+        return
+    report.add(
+        "gray release", [], f"{len(gray)} records of {len(windows)} stages with billing off, not billed"
+    )
 
 
 def _check_superseded(superseded: int, report: Report) -> None:
