@@ -66,15 +66,22 @@ class EventsReport:
 
 
 def measure_events(
-    tenant: str, contract: str, start: datetime, end: datetime, measured: Sequence[EventTerms]
+    tenant: str,
+    contract: str,
+    start: datetime,
+    end: datetime,
+    measured: Sequence[EventTerms],
+    *,
+    sandbox: bool = False,
 ) -> list[BusinessEvent]:
     """The business events of [start, end) of these packages of the contract, by package and event id:
-    one query for the records, one for the retries' superseded attempts."""
+    one query for the records, one for the retries' superseded attempts (`sandbox`: a sandbox's)."""
     rules = {m: parse_metric(rule, rule=True) for terms in measured for m, rule in terms.rules.items()}
     by_package = {terms.package: terms for terms in measured}
-    superseded = {a.record_id for a in superseded_attempts([contract], start, end) if a.tenant == tenant}
+    attempts = superseded_attempts([contract], start, end, sandbox=sandbox)
+    superseded = {a.record_id for a in attempts if a.tenant == tenant}
     grouped: dict[tuple[str, str], list[EventRecord]] = {}
-    for row in event_records(tenant, contract, start, end, rules):
+    for row in event_records(tenant, contract, start, end, rules, sandbox=sandbox):
         if row.package in by_package and row.record_id not in superseded:
             grouped.setdefault((row.package, row.event_id), []).append(row)
     return [
@@ -84,7 +91,8 @@ def measure_events(
 
 
 def business_events(contract: Contract, start: datetime, end: datetime) -> EventsReport:
-    """The contract's business events of [start, end), per package it holds that has capabilities."""
+    """The contract's business events of [start, end), per package it holds that has capabilities (a
+    sandbox contract's from the sandbox's records)."""
     packages = sorted(
         (p for found in contract.event_packages().values() for p in found), key=lambda p: p.code
     )
@@ -92,7 +100,9 @@ def business_events(contract: Contract, start: datetime, end: datetime) -> Event
     codes = dict(Capability.objects.filter(packages__in=packages).values_list("model_id", "code"))
     events = [
         replace(e, missing=[codes[m] for m in e.missing], not_accepted=[codes[m] for m in e.not_accepted])
-        for e in measure_events(contract.tenant.code, contract.code, start, end, measured)
+        for e in measure_events(
+            contract.tenant.code, contract.code, start, end, measured, sandbox=contract.sandbox
+        )
     ]
     counted = Counter((e.package, e.status) for e in events)
     report = [

@@ -75,7 +75,8 @@ def publish_exhausted_quotas(now: datetime | None = None) -> int:
     many dimensions are exhausted. Run every few minutes by the `contracts.publish_exhausted_quotas` task."""
     now = now or timezone.now()
     contracts = list(
-        Contract.objects.filter(status=Contract.Status.ACTIVE, prices__included_quantity__gt=0)
+        Contract.objects.production()
+        .filter(status=Contract.Status.ACTIVE, prices__included_quantity__gt=0)
         .distinct()
         .select_related("tenant")
         .prefetch_related("prices", "metrics")

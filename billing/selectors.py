@@ -67,21 +67,29 @@ def rated_contracts(meters: Sequence[ContractMeter]) -> list[RatedContract]:
 
 
 def usage_by_contract(
-    meters: Sequence[ContractMeter], start: datetime, end: datetime, as_of: datetime | None = None
+    meters: Sequence[ContractMeter],
+    start: datetime,
+    end: datetime,
+    as_of: datetime | None = None,
+    *,
+    sandbox: bool = False,
+    packages: Sequence[str] = (),
 ) -> dict[str, PeriodUsage]:
     """Each contract's period usage (only successful, not excluded requests are billable; record_count
     counts all), and per price segment for a meter with bounds; per model and day for a meter priced by
     the catalogue (one more query for all of them). A contract without records gets zero
     usage. Records under another tenant's code are not counted. `as_of`: only exclusions made by then
-    apply (`billing.exclusions`)."""
+    apply (`billing.exclusions`). `sandbox`: measured from the customer sandboxes' records (a sandbox's
+    projected invoice), which no other reading ever sees; `packages`: only the records made under these."""
     if not meters:
         return {}
     owner = {m.contract: m.tenant for m in meters}
     exclusions = rating_exclusions(owner, start, end, as_of)
     found: dict[str, dict[int, UsageRow]] = {}
     priced = [(m.tenant, m.contract) for m in meters if m.catalogue]
-    days = catalogue_days(priced, start, end, exclusions.excluded()) if priced else {}
-    for row in usage_rows(rated_contracts(meters), start, end, exclusions.excluded()):
+    days = catalogue_days(priced, start, end, exclusions.excluded(), sandbox=sandbox) if priced else {}
+    rated = rated_contracts(meters)
+    for row in usage_rows(rated, start, end, exclusions.excluded(), sandbox=sandbox, packages=packages):
         if owner.get(row.contract) == row.tenant:
             found.setdefault(row.contract, {})[row.segment] = row
     usage = {}
@@ -107,14 +115,17 @@ def usage_by_contract(
             catalogue=tuple(days[(meter.tenant, meter.contract)]) if meter.catalogue else None,
         )
         if meter.events:
-            usage[meter.contract] = _with_events(meter, usage[meter.contract], start, end)
+            usage[meter.contract] = _with_events(meter, usage[meter.contract], start, end, sandbox)
     return usage
 
 
-def _with_events(meter: ContractMeter, usage: PeriodUsage, start: datetime, end: datetime) -> PeriodUsage:
+def _with_events(
+    meter: ContractMeter, usage: PeriodUsage, start: datetime, end: datetime, sandbox: bool
+) -> PeriodUsage:
     """The usage plus, per business-event unit, its billable events: their count is the unit's quantity
     (in each price segment, those that started in it)."""
-    measured = measure_events(meter.tenant, meter.contract, start, end, list(meter.events.values()))
+    terms = list(meter.events.values())
+    measured = measure_events(meter.tenant, meter.contract, start, end, terms, sandbox=sandbox)
     units = {terms.package: unit for unit, terms in meter.events.items()}
     billed: dict[str, list[BilledEvent]] = {unit: [] for unit in meter.events}
     for event in measured:

@@ -70,6 +70,8 @@ def generate_invoice(
             contract = Contract.objects.select_for_update().select_related("tenant").get(pk=contract_id)
             if contract.status in NEVER_BILLED:
                 raise BillingError("contract_not_billable", f"Contract {contract.code} is {contract.status}.")
+            if contract.sandbox:  # its invoices are previews (sandbox.selectors), never issued
+                raise BillingError("contract_not_billable", f"Contract {contract.code} is a sandbox's.")
             invoice = Invoice.objects.filter(
                 contract=contract, period_start=period_start, period_end=period_end
             ).first()

@@ -115,7 +115,7 @@ def lifecycle_rows(period: str, first_month: str, last_month: str, now: datetime
 def _launches() -> dict[str, datetime]:
     """When each package was first on sale: the start of its earliest contract. A package is judged for
     retirement only over quarters it was on sale for from their start (never one nobody has bought)."""
-    rows = Contract.objects.values("package__code").annotate(first=Min("starts_at"))
+    rows = Contract.objects.production().values("package__code").annotate(first=Min("starts_at"))
     return {row["package__code"]: row["first"] for row in rows}
 
 
@@ -130,14 +130,18 @@ def _renewals(shown: list[Bucket]) -> dict[tuple[str, datetime], tuple[int, int]
     tenant renewed (RENEWAL_GRACE)."""
     start, end = shown[0].start, shown[-1].end
     ending = list(
-        Contract.objects.filter(ends_at__gte=start, ends_at__lt=end).values(
-            "pk", "tenant_id", "package_id", "starts_at", "ends_at", package_code=F("package__code")
-        )
+        Contract.objects.production()
+        .filter(ends_at__gte=start, ends_at__lt=end)
+        .values("pk", "tenant_id", "package_id", "starts_at", "ends_at", package_code=F("package__code"))
     )
     successors: dict[tuple[int, int], list[datetime]] = defaultdict(list)
-    for later in Contract.objects.filter(
-        tenant_id__in={c["tenant_id"] for c in ending}, package_id__in={c["package_id"] for c in ending}
-    ).values("pk", "tenant_id", "package_id", "starts_at"):
+    for later in (
+        Contract.objects.production()
+        .filter(
+            tenant_id__in={c["tenant_id"] for c in ending}, package_id__in={c["package_id"] for c in ending}
+        )
+        .values("pk", "tenant_id", "package_id", "starts_at")
+    ):
         successors[(later["tenant_id"], later["package_id"])].append(later["starts_at"])
     out: dict[tuple[str, datetime], tuple[int, int]] = {}
     for contract in ending:

@@ -26,7 +26,7 @@ from webhooks.models import WebhookDelivery, WebhookEndpoint
 
 
 def contracts(principal: Principal) -> QuerySet[Contract]:
-    return scoped(Contract.objects.select_related("tenant", "package"), principal)
+    return scoped(Contract.objects.production().select_related("tenant", "package"), principal)
 
 
 def invoices(principal: Principal) -> QuerySet[Invoice]:

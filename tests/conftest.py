@@ -52,13 +52,13 @@ def clickhouse() -> Iterator[None]:
     global _migrated
     from clickhouse_store import query
     from clickhouse_store.migrator import apply_migrations
-    from clickhouse_store.schema import ROLLUP_TABLES
+    from clickhouse_store.schema import ROLLUP_TABLES, SANDBOX_RECORDS
     from usage.cache import retire_every_answer
 
     if not _migrated:
         apply_migrations()
         _migrated = True
-    for table in ("usage_records", *ROLLUP_TABLES):  # the rollups too: no test reads another's rows
+    for table in ("usage_records", SANDBOX_RECORDS, *ROLLUP_TABLES):  # no test reads another's rows
         query.command(f"TRUNCATE TABLE {table}")
     retire_every_answer()  # no dashboard answer cached over another test's rows
     yield

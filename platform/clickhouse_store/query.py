@@ -16,9 +16,19 @@ from typing import Any
 from django.conf import settings
 
 from .client import locked_client
-from .schema import USAGE_RECORDS, check_identifier
+from .schema import SANDBOX_RECORDS, USAGE_RECORDS, check_identifier
 
 RECORDS = f"{USAGE_RECORDS} FINAL"
+# A customer sandbox's records: the same columns, read under usage_records' name so that queries naming
+# its columns qualified (`usage_records.contract`) read either table.
+SANDBOX = f"{SANDBOX_RECORDS} AS {USAGE_RECORDS} FINAL"
+
+
+def records(sandbox: bool = False) -> str:
+    """The records' table as the readers name it: production's, or the customer sandboxes'."""
+    return SANDBOX if sandbox else RECORDS
+
+
 """The FROM clause for reading usage records: every billing and SLA aggregate reads through it.
 
 Reads must never count a record twice. Writes already drop copies: the ingest layer commits

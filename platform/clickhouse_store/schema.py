@@ -23,6 +23,9 @@ IDENTIFIER = re.compile(r"^[a-z_][a-z0-9_]*$")
 
 USAGE_RECORDS = "usage_records"
 USAGE_RECORDS_LOCAL = "usage_records_local"
+# A customer sandbox's records: the same columns, another table, so no production reader meets them.
+SANDBOX_RECORDS = "sandbox_records"
+SANDBOX_RECORDS_LOCAL = "sandbox_records_local"
 MIGRATIONS_TABLE = "clickhouse_migrations"
 
 # (name, type) of the stored columns: the JSON keys of usage record format v1, in order.
@@ -174,6 +177,31 @@ def usage_records_cache_write_columns_ddl(cluster: str) -> list[str]:
         for table in tables
         for name, spec in CACHE_WRITE_COLUMNS
     ]
+
+
+def sandbox_records_ddl(cluster: str) -> list[str]:
+    """CREATE statements for `sandbox_records`: `usage_records`' columns, engine and layout as they are
+    now (one node), or local + Distributed tables like usage_records' (cluster)."""
+    if not cluster:
+        return [f"CREATE TABLE IF NOT EXISTS {SANDBOX_RECORDS} AS {USAGE_RECORDS}"]
+    name = check_identifier(cluster)
+    return [
+        f"CREATE TABLE IF NOT EXISTS {SANDBOX_RECORDS_LOCAL}{on_cluster(name)} AS {USAGE_RECORDS_LOCAL}\n"
+        f"ENGINE = ReplicatedReplacingMergeTree({_replicated_path(SANDBOX_RECORDS_LOCAL)}, '{{replica}}')\n"
+        f"PARTITION BY {USAGE_RECORDS_PARTITION_BY}\nORDER BY {USAGE_RECORDS_ORDER_BY}\n"
+        f"SETTINGS replicated_deduplication_window = {DEDUP_WINDOW}",
+        f"CREATE TABLE IF NOT EXISTS {SANDBOX_RECORDS}{on_cluster(name)} AS {SANDBOX_RECORDS_LOCAL}\n"
+        f"ENGINE = Distributed({name}, currentDatabase(), {SANDBOX_RECORDS_LOCAL}, cityHash64(tenant))",
+    ]
+
+
+def sandbox_records_delete(cluster: str) -> str:
+    """The mutation deleting one sandbox contract's records (its tenant and contract bound parameters)."""
+    table = SANDBOX_RECORDS_LOCAL if cluster else SANDBOX_RECORDS
+    return (
+        f"ALTER TABLE {table}{on_cluster(cluster)} DELETE "
+        "WHERE tenant = {tenant:String} AND contract = {contract:String}"
+    )
 
 
 def migrations_table_ddl(cluster: str) -> str:

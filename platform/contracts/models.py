@@ -23,8 +23,13 @@ ZERO = Decimal(0)
 
 class ContractQuerySet(models.QuerySet["Contract"]):
     def billable(self) -> ContractQuerySet:
-        """Contracts that may be invoiced: not one waiting for its Checkout payment, nor one never paid."""
-        return self.exclude(status__in=NEVER_BILLED)
+        """Contracts that may be invoiced: not one waiting for its Checkout payment, nor one never paid,
+        nor a sandbox's."""
+        return self.exclude(status__in=NEVER_BILLED).exclude(sandbox=True)
+
+    def production(self) -> ContractQuerySet:
+        """Every contract but the sandboxes' (whose figures never reach production ones)."""
+        return self.exclude(sandbox=True)
 
 
 class Contract(models.Model):
@@ -55,6 +60,11 @@ class Contract(models.Model):
 
     code = models.CharField(max_length=64, unique=True, validators=[validate_slug_code])
     tenant = models.ForeignKey(Tenant, on_delete=models.PROTECT, related_name="contracts")
+    sandbox = models.BooleanField(
+        default=False,
+        editable=False,
+        help_text="A customer sandbox's contract: its records are kept apart; never invoiced.",
+    )
     package = models.ForeignKey(ComputePackage, on_delete=models.PROTECT, related_name="contracts")
     plan = models.ForeignKey(
         PackagePlan,

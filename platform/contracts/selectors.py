@@ -11,8 +11,11 @@ from .models import Contract
 
 
 def visible_contracts(principal: Principal) -> QuerySet[Contract]:
-    """The contracts the principal sees, with what their quotas need."""
-    contracts = Contract.objects.select_related("tenant", "package", "plan").prefetch_related(
-        "prices", "metrics"
+    """The contracts the principal sees (not a sandbox's: its page is the sandbox's), with what their
+    quotas need."""
+    contracts = (
+        Contract.objects.production()
+        .select_related("tenant", "package", "plan")
+        .prefetch_related("prices", "metrics")
     )
     return scoped(contracts, principal)

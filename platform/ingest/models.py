@@ -109,6 +109,9 @@ class PendingInsert(models.Model):
     batch = models.OneToOneField(IngestBatch, on_delete=models.CASCADE, related_name="pending_insert")
     dedup_token = models.CharField(max_length=64)
     lines = models.BinaryField(help_text="The accepted records' canonical lines, newline-separated.")
+    sandbox_lines = models.BinaryField(
+        default=b"", help_text="Those of customer sandboxes' contracts, kept apart (sandbox_records)."
+    )
     tenants = models.JSONField(help_text="The tenants whose usage these lines change.")
     created_at = models.DateTimeField(auto_now_add=True)
 

@@ -32,6 +32,7 @@ class Committed:
     lines: bytes
     dedup_token: str
     tenants: list[str]
+    sandbox_lines: bytes = b""  # sandbox contracts' lines, for sandbox_records
 
 
 def store_pending(only: Iterable[Committed] | None = None) -> int:
@@ -63,7 +64,7 @@ def _given(row: Committed) -> Committed:
 
 def _read(pk: int) -> Committed:
     row = PendingInsert.objects.get(pk=pk)
-    return Committed(row.pk, bytes(row.lines), row.dedup_token, list(row.tenants))
+    return Committed(row.pk, bytes(row.lines), row.dedup_token, list(row.tenants), bytes(row.sandbox_lines))
 
 
 def _store(pk: int, contents: Callable[[], Committed]) -> int:
@@ -73,6 +74,7 @@ def _store(pk: int, contents: Callable[[], Committed]) -> int:
             return 0
         row = contents()
         insert_record_lines(row.lines, row.dedup_token)
+        insert_record_lines(row.sandbox_lines, row.dedup_token, sandbox=True)
         PendingInsert.objects.filter(pk=pk).delete()
     records_stored.send(sender=PendingInsert, tenants=row.tenants)
     return 1

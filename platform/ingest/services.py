@@ -82,11 +82,13 @@ class _ContractTerms:
     tenant: str
     packages: frozenset[str]  # its own and the further ones it holds (contracts.ContractPackage)
     horizon_days: int
+    sandbox: bool  # a customer sandbox's: its records are stored apart
 
 
 @dataclass
 class _Sorted:
     accepted: list[tuple[int, bytes]] = field(default_factory=list)  # (seq, line)
+    sandbox: set[int] = field(default_factory=set)  # the accepted seqs of sandbox contracts' records
     logged: list[AcceptedRecord] = field(default_factory=list)  # parallel to accepted
     line_seqs: list[int] = field(default_factory=list)  # the readable seqs of all lines, in order
     duplicate: int = 0
@@ -196,23 +198,33 @@ def _commit(
         if not result.accepted:
             return answer, None
         _advance_ranges(agent, ranges, [seq for seq, _ in result.accepted])
-        lines = b"\n".join(line for _, line in result.accepted)
+        lines, sandbox_lines = _split_sandbox(result)
         token = _dedup_token(agent.agent_id, batch.header_digest, result.accepted)
         tenants = sorted({entry.tenant for entry in result.logged})
-        pending = _insert_pending(saved.pk, token, lines, tenants)
+        pending = _insert_pending(saved.pk, token, lines, sandbox_lines, tenants)
         # Takes the log's row lock, the one lock every batch of every agent shares: last, so it is held
         # only for the append and the commit.
         append_batch(log_batch, result.logged)
-    return answer, Committed(pending, lines, token, tenants)
+    return answer, Committed(pending, lines, token, tenants, sandbox_lines)
 
 
-def _insert_pending(batch_id: int, token: str, lines: bytes, tenants: list[str]) -> int:
+def _split_sandbox(result: _Sorted) -> tuple[bytes, bytes]:
+    """The accepted lines for usage_records and those of sandbox contracts, for sandbox_records."""
+    if not result.sandbox:
+        return b"\n".join(line for _, line in result.accepted), b""
+    return (
+        b"\n".join(line for seq, line in result.accepted if seq not in result.sandbox),
+        b"\n".join(line for seq, line in result.accepted if seq in result.sandbox),
+    )
+
+
+def _insert_pending(batch_id: int, token: str, lines: bytes, sandbox_lines: bytes, tenants: list[str]) -> int:
     """The outbox row, its lines sent as one binary parameter: Django's client-side binding would spell a
     10k-record batch's 14 MB as a 28 MB hex literal for PostgreSQL to parse (~30 µs a record)."""
     table = PendingInsert._meta.db_table
-    sql = f"INSERT INTO {table} (batch_id, dedup_token, lines, tenants, created_at) VALUES (%s, %s, %b, %s, %s) RETURNING id"  # noqa: S608, E501 - the model's own table
+    sql = f"INSERT INTO {table} (batch_id, dedup_token, lines, sandbox_lines, tenants, created_at) VALUES (%s, %s, %b, %b, %s, %s) RETURNING id"  # noqa: S608, E501 - the model's own table
     with connection.wrap_database_errors, psycopg.Cursor(connection.connection) as cursor:
-        cursor.execute(sql, (batch_id, token, lines, Jsonb(tenants), timezone.now()))
+        cursor.execute(sql, (batch_id, token, lines, sandbox_lines, Jsonb(tenants), timezone.now()))
         row = cursor.fetchone()
     assert row is not None
     return int(row[0])
@@ -280,6 +292,8 @@ def _sort_records(
         else:
             result.accepted.append((seq, line))
             result.logged.append(entry)
+            if contracts[entry.contract].sandbox:
+                result.sandbox.add(seq)
     return result
 
 
@@ -301,6 +315,16 @@ def _logged(agent: Agent, seqs: list[int], record_ids: list[str]) -> tuple[dict[
     return by_seq, by_id
 
 
+_CONTRACT_COLUMNS = (
+    "code",
+    "tenant__code",
+    "package__code",
+    "late_usage_policy",
+    "late_usage_days",
+    "sandbox",
+)
+
+
 def _contract_terms(codes: set[str]) -> dict[str, _ContractTerms]:
     """Per contract code: its tenant, the packages it holds, and how many days back its records are
     accepted: the platform's INGEST_MAX_PAST_DAYS, or the contract's late-usage horizon (`late_usage_days`
@@ -316,10 +340,11 @@ def _contract_terms(codes: set[str]) -> dict[str, _ContractTerms]:
             tenant,
             frozenset({package, *further.get(code, ())}),
             max(default_days, late_days) if policy == Contract.LateUsage.IGNORE_AFTER else default_days,
+            sandbox,
         )
-        for code, tenant, package, policy, late_days in Contract.objects.filter(code__in=codes).values_list(
-            "code", "tenant__code", "package__code", "late_usage_policy", "late_usage_days"
-        )
+        for code, tenant, package, policy, late_days, sandbox in Contract.objects.filter(
+            code__in=codes
+        ).values_list(*_CONTRACT_COLUMNS)
     }
 
 

@@ -296,7 +296,7 @@ def scoped_filter(
     matches_nothing = not principal.is_staff and tenant is not None and tenant != principal.tenant_code
     if not principal.is_staff:
         tenant = principal.tenant_code
-    contracts = Contract.objects.none() if matches_nothing else Contract.objects.all()
+    contracts = Contract.objects.none() if matches_nothing else Contract.objects.production()
     if tenant is not None:
         contracts = contracts.filter(tenant__code=tenant)
     if contract is not None:

@@ -196,7 +196,13 @@ class RatingQuery(NamedTuple):
 
 
 def usage_sql(
-    contracts: Sequence[RatedContract], start: datetime, end: datetime, excluded: Excluded = Excluded()
+    contracts: Sequence[RatedContract],
+    start: datetime,
+    end: datetime,
+    excluded: Excluded = Excluded(),
+    *,
+    sandbox: bool = False,
+    packages: Sequence[str] = (),
 ) -> RatingQuery:
     """The one GROUP BY query for these contracts over [start, end) (`RatingQuery`).
     Built from our own constant expressions and rendered metrics only; tenants, contracts, period,
@@ -274,10 +280,13 @@ def usage_sql(
     sql = (
         f"{exclusions} SELECT {group}, {derived}, "  # noqa: S608
         + ", ".join(columns)
-        + f" FROM {query.RECORDS} WHERE {in_period} "
+        + f" FROM {query.records(sandbox)} WHERE {in_period} "
         + (_NAMED if len(contracts) < PRUNE_BELOW else "")
+        + ("AND package IN {only_packages:Array(String)} " if packages else "")
         + "GROUP BY tenant, contract, segment, usage_group"
     )
+    if packages:
+        params["only_packages"] = list(packages)
     return RatingQuery(sql, params, metric_column, period_column)
 
 
@@ -297,11 +306,20 @@ _FIRST_AGGREGATE = 6  # after usage_group, segment, pair, state, contract, tenan
 
 
 def usage_rows(
-    contracts: Sequence[RatedContract], start: datetime, end: datetime, excluded: Excluded
+    contracts: Sequence[RatedContract],
+    start: datetime,
+    end: datetime,
+    excluded: Excluded,
+    *,
+    sandbox: bool = False,
+    packages: Sequence[str] = (),
 ) -> list[UsageRow]:
     """The rating query's groups (`usage_sql`), one per (tenant, contract, segment) with records. A
-    group's tenant may differ from its contract's: the caller keeps only the contract's own."""
-    sql, params, metric_column, period_column = usage_sql(contracts, start, end, excluded)
+    group's tenant may differ from its contract's: the caller keeps only the contract's own. `sandbox`:
+    of the customer sandboxes' records; `packages`: only the records made under these."""
+    sql, params, metric_column, period_column = usage_sql(
+        contracts, start, end, excluded, sandbox=sandbox, packages=packages
+    )
     first_metric = _FIRST_AGGREGATE + len(AGGREGATED_DIMENSIONS)
     counts: dict[tuple[str, str, int], list[int]] = {}
     billable: dict[tuple[str, str, int], tuple[Any, ...]] = {}
@@ -357,7 +375,12 @@ class CatalogueDay(NamedTuple):
 
 
 def catalogue_days(
-    contracts: Sequence[tuple[str, str]], start: datetime, end: datetime, excluded: Excluded = Excluded()
+    contracts: Sequence[tuple[str, str]],
+    start: datetime,
+    end: datetime,
+    excluded: Excluded = Excluded(),
+    *,
+    sandbox: bool = False,
 ) -> dict[tuple[str, str], list[CatalogueDay]]:
     """Per (tenant, contract) of `contracts`: its billable tokens of [start, end) (ok, not excluded: the
     rating query's rule) per model and UTC day of the records' start, by model and day; one query for
@@ -370,7 +393,7 @@ def catalogue_days(
     rows = query.select(
         f"{exclusions} SELECT {_TENANT}, {_CONTRACT}, model_id, toDate(start_time) AS day, "  # noqa: S608
         "sum(tokens_in), sum(tokens_out), sum(prefix_cache_hit_tokens), sum(prefix_cache_write_tokens) "
-        f"FROM {query.RECORDS} WHERE {in_period} AND {_TENANT} IN {{tenants:Array(String)}} "
+        f"FROM {query.records(sandbox)} WHERE {in_period} AND {_TENANT} IN {{tenants:Array(String)}} "
         f"AND {_CONTRACT} IN {{contracts:Array(String)}} AND {_OK} "
         f"GROUP BY {_TENANT}, {_CONTRACT}, model_id, day ORDER BY {_TENANT}, {_CONTRACT}, model_id, day",
         params,
@@ -395,13 +418,15 @@ class SupersededAttempt(NamedTuple):
     ingested_at: datetime
 
 
-def superseded_attempts(contracts: Sequence[str], start: datetime, end: datetime) -> list[SupersededAttempt]:
+def superseded_attempts(
+    contracts: Sequence[str], start: datetime, end: datetime, *, sandbox: bool = False
+) -> list[SupersededAttempt]:
     """The attempts that retries of these contracts' requests in [start, end) superseded (a retry has
     its request's start, so both fall in one period); the earliest retry naming each, by record id."""
     in_period, params = query.in_period(start, end)
     rows = query.select(
         "SELECT tenant, contract, toString(superseded) AS attempt, min(ingested_at) AS at "  # noqa: S608
-        f"FROM {query.RECORDS} ARRAY JOIN supersedes AS superseded "
+        f"FROM {query.records(sandbox)} ARRAY JOIN supersedes AS superseded "
         f"WHERE {in_period} AND contract IN {{contracts:Array(String)}} AND notEmpty(supersedes) "
         "GROUP BY tenant, contract, attempt ORDER BY attempt",
         {**params, "contracts": list(contracts)},
@@ -515,18 +540,19 @@ def subtree_shares(subtree: str, start: datetime, end: datetime) -> list[Subtree
     return [SubtreeShare(t, c, p, int(n)) for t, c, p, n in rows]
 
 
-# The record fields a rule sees, plus the period's latency percentiles and error rate per contract.
-# Our own constant SQL; tenant, contract and period are bound parameters.
-_RULE_SOURCE = (
-    "SELECT *, start_time, l1_latency_us, l2_latency_us, l3_latency_us, "  # noqa: S608
-    "(toFloat64(end_ns - start_ns) / 1000000.) AS latency_ms_, "
-    "quantileExact(0.5)(latency_ms_) OVER () AS p50_latency_ms, "
-    "quantileExact(0.99)(latency_ms_) OVER () AS p99_latency_ms, "
-    "avg(toFloat64(status != 'ok')) OVER () AS error_rate "
-    f"FROM {query.RECORDS} "
-    "WHERE tenant = {tenant:String} AND contract = {contract:String} "
-    "AND start_time >= {start:DateTime64(9, 'UTC')} AND start_time < {end:DateTime64(9, 'UTC')}"
-)
+def _rule_source(sandbox: bool = False) -> str:
+    """The record fields a rule sees, plus the period's latency percentiles and error rate per contract.
+    Our own constant SQL; tenant, contract and period are bound parameters."""
+    return (
+        "SELECT *, start_time, l1_latency_us, l2_latency_us, l3_latency_us, "  # noqa: S608
+        "(toFloat64(end_ns - start_ns) / 1000000.) AS latency_ms_, "
+        "quantileExact(0.5)(latency_ms_) OVER () AS p50_latency_ms, "
+        "quantileExact(0.99)(latency_ms_) OVER () AS p99_latency_ms, "
+        "avg(toFloat64(status != 'ok')) OVER () AS error_rate "
+        f"FROM {query.records(sandbox)} "
+        "WHERE tenant = {tenant:String} AND contract = {contract:String} "
+        "AND start_time >= {start:DateTime64(9, 'UTC')} AND start_time < {end:DateTime64(9, 'UTC')}"
+    )
 
 
 class OutcomeRecord(NamedTuple):
@@ -552,7 +578,7 @@ def outcome_records(
     sql = (
         "SELECT record_id, JSONExtractString(outcome, 'ref'), JSONExtractString(outcome, 'type'), "  # noqa: S608
         f"JSONExtractString(outcome, 'value'), start_time, toUInt8(({rule_sql}) != 0) "
-        f"FROM ({_RULE_SOURCE}) WHERE outcome != '' AND status = 'ok' ORDER BY start_time, record_id"
+        f"FROM ({_rule_source()}) WHERE outcome != '' AND status = 'ok' ORDER BY start_time, record_id"
     )
     rows = query.select(sql, {**params, "tenant": tenant, "contract": contract, "start": start, "end": end})
     return [OutcomeRecord(*row) for row in rows]
@@ -625,7 +651,13 @@ class EventRecord(NamedTuple):
 
 
 def event_records(
-    tenant: str, contract: str, start: datetime, end: datetime, rules: dict[str, Metric]
+    tenant: str,
+    contract: str,
+    start: datetime,
+    end: datetime,
+    rules: dict[str, Metric],
+    *,
+    sandbox: bool = False,
 ) -> list[EventRecord]:
     """The contract's records of [start, end) that carry an event id, by event and start time, each with
     whether the acceptance rule of its model (`rules`, by model id; a model without one: accepted) holds
@@ -639,7 +671,7 @@ def event_records(
     accepted = f"multiIf({', '.join(branches)}, 1)" if branches else "1"
     sql = (
         "SELECT client_request_id, toString(record_id), package, model_id, status, "  # noqa: S608
-        f"toUInt8({accepted}), start_time FROM ({_RULE_SOURCE}) WHERE client_request_id != '' "
+        f"toUInt8({accepted}), start_time FROM ({_rule_source(sandbox)}) WHERE client_request_id != '' "
         "ORDER BY client_request_id, start_time, record_id"
     )
     rows = query.select(sql, {**params, "tenant": tenant, "contract": contract, "start": start, "end": end})

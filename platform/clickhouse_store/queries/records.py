@@ -12,7 +12,7 @@ import orjson
 from treemeter_records import canonical_bytes_fast
 
 from .. import query
-from ..schema import OPTIONAL_FIELDS, RECORD_FIELDS, SIGNED_FIELDS, USAGE_RECORDS
+from ..schema import OPTIONAL_FIELDS, RECORD_FIELDS, SANDBOX_RECORDS, SIGNED_FIELDS, USAGE_RECORDS
 
 _FIELDS = (*RECORD_FIELDS, *SIGNED_FIELDS, *OPTIONAL_FIELDS)
 _COLUMNS = ", ".join("toString(record_id)" if name == "record_id" else name for name in _FIELDS)
@@ -23,10 +23,10 @@ _PERIOD = (
 _PERIOD_SQL = f"SELECT {_COLUMNS} FROM {query.RECORDS} {_PERIOD}"  # noqa: S608 - constant names
 
 
-def insert_record_lines(body: bytes, dedup_token: str) -> None:
-    """Insert a batch's accepted records, JSON lines of usage record format v1 or v2, into usage_records.
-    A repeat with the same `dedup_token` is dropped by the engine."""
-    query.insert_json_lines(USAGE_RECORDS, body, dedup_token=dedup_token)
+def insert_record_lines(body: bytes, dedup_token: str, *, sandbox: bool = False) -> None:
+    """Insert a batch's accepted records, JSON lines of usage record format v1 or v2, into usage_records
+    (a sandbox's: into sandbox_records). A repeat with the same `dedup_token` is dropped by the engine."""
+    query.insert_json_lines(SANDBOX_RECORDS if sandbox else USAGE_RECORDS, body, dedup_token=dedup_token)
 
 
 def _named(item: Any, names: tuple[str, ...]) -> dict[str, Any]:
