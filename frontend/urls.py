@@ -12,6 +12,7 @@ from .views import (
     pdfs,
     receipts,
     records,
+    releases,
     sla,
     usage,
     webhooks,
@@ -51,6 +52,11 @@ urlpatterns = [
     path("sla-reports/<int:pk>/pdf", pdfs.sla_report_pdf, name="portal-sla-report-pdf"),
     path("api-keys/", keys.key_list, name="portal-keys"),
     path("api-keys/<str:prefix>/revoke", keys.key_revoke, name="portal-key-revoke"),
+    path("releases/", releases.plan_list, name="portal-releases"),
+    path("releases/<str:code>/stages/<int:position>", releases.stage_detail, name="portal-release-stage"),
+    path(
+        "releases/<str:code>/stages/<int:position>/pdf", releases.stage_pdf, name="portal-release-stage-pdf"
+    ),
     path("webhooks/", webhooks.endpoint_list, name="portal-webhooks"),
     path("webhooks/<int:pk>", webhooks.endpoint_detail, name="portal-webhook"),
     path("webhooks/deliveries/<int:pk>/replay", webhooks.replay, name="portal-delivery-replay"),

@@ -32,10 +32,12 @@ from django.db import models
 from django.http import HttpResponseBase
 from django.test import Client
 from django.urls import URLPattern, URLResolver, get_resolver, reverse
+from django.utils import timezone
 
 from accounts.models import Role, Tenant
 from clickhouse_store import query
 from ledger.models import Checkpoint
+from releases.services import PlanSpec, StageSpec, create_plan
 from tests.schemathesis.tenant_data import ROLES, TenantData, build_tenant
 
 pytestmark = [pytest.mark.django_db, pytest.mark.usefixtures("clickhouse")]
@@ -114,6 +116,13 @@ FILLERS: dict[str, Fill] = {
     "usage-latency": Fill(),
     "usage-breakdown": Fill(),
     "usage-subtrees": Fill(),
+    # gray releases (a plan per tenant, made by the `tenants` fixture)
+    "release-plan-list": Fill(),
+    "release-plan-detail": Fill(lambda d: {"code": release_code(d)}),
+    "release-plan-promote": Fill(lambda d: {"code": release_code(d)}),
+    "release-stage-notes": Fill(
+        lambda d: {"code": release_code(d), "position": 1}, body=lambda _: {"text": "n"}
+    ),
     # webhooks
     "webhook-endpoint-list": Fill(),
     "webhook-endpoint-detail": Fill(lambda d: {"pk": d.webhook.pk}),
@@ -200,6 +209,9 @@ FILLERS: dict[str, Fill] = {
     "portal-receipt-dispute": Fill(body=lambda d: {"receipt": d.missing_receipts[1]}),
     "portal-keys": Fill(),
     "portal-key-revoke": Fill(lambda d: {"prefix": d.api_key.prefix}),
+    "portal-releases": Fill(),
+    "portal-release-stage": Fill(lambda d: {"code": release_code(d), "position": 1}),
+    "portal-release-stage-pdf": Fill(lambda d: {"code": release_code(d), "position": 1}),
     "portal-webhooks": Fill(),
     "portal-webhook": Fill(lambda d: {"pk": d.webhook.pk}),
     "portal-delivery-replay": Fill(lambda d: {"pk": d.delivery.pk}),
@@ -425,7 +437,18 @@ def _check_answer(
 
 @pytest.fixture
 def tenants() -> tuple[TenantData, TenantData]:
-    return build_tenant("alpha"), build_tenant("bravo")
+    built = build_tenant("alpha"), build_tenant("bravo")
+    for data in built:
+        stages = [StageSpec("Day 1", [])]
+        create_plan(
+            spec=PlanSpec(release_code(data), "Launch", data.contract.code, stages=stages), now=timezone.now()
+        )
+    return built
+
+
+def release_code(data: TenantData) -> str:
+    """The code of the tenant's release plan (the `tenants` fixture makes one)."""
+    return f"{data.contract.code}-release"
 
 
 def _staff_only_admin(route: Route) -> bool:

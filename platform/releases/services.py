@@ -10,6 +10,7 @@ from decimal import Decimal
 from django.db import IntegrityError, transaction
 
 from accounts.access import Principal
+from accounts.validators import SLUG_CODE
 from catalog.models import PackageCapability
 from contracts.models import Contract
 from webhooks.services import publish_event
@@ -52,6 +53,10 @@ def create_plan(*, spec: PlanSpec, now: datetime) -> ReleasePlan:
     """Staff make a plan for one package a contract holds; its first stage is in force at once. Refused:
     an unknown contract (404), a package the contract does not hold or a capability the package does not
     have (400), a plan already in force for that package or a code taken (409)."""
+    if not SLUG_CODE.match(spec.code):
+        raise ReleaseError(
+            "invalid_code", "A plan code is 1-64 of a-z, 0-9, '.', '_', '-'.", {"field": "code"}
+        )
     contract = Contract.objects.select_related("package", "tenant").filter(code=spec.contract).first()
     if contract is None:
         raise ReleaseNotFound("contract")

@@ -38,7 +38,7 @@ pytestmark = pytest.mark.django_db
 
 PROJECT_APPS = {
     "accounts", "catalog", "contracts", "agents", "ingest", "billing", "sla", "entitlements", "ledger",
-    "webhooks", "idempotency", "scheduling",
+    "webhooks", "idempotency", "scheduling", "releases",
 }  # fmt: skip
 
 
@@ -140,6 +140,18 @@ class Writer:
 
 
 WRITERS = [
+    Writer(
+        "post", "/v1/releases", "staff",
+        lambda w: {"code": "limits-plan", "name": "n", "contract": w.contract.code,
+                   "stages": [{"name": "s", "capabilities": []}]},
+        {"code": "releases.ReleasePlan.code", "name": "releases.ReleasePlan.name"},
+    ),
+    Writer(
+        "post", "/v1/releases", "staff",
+        lambda w: {"code": "limits-plan-2", "name": "n", "contract": w.contract.code,
+                   "stages": [{"name": "s", "capabilities": []}]},
+        {"name": "releases.ReleaseStage.name"}, item="stages",
+    ),
     Writer(
         "post", "/v1/tokens", "member", lambda w: {"name": "t", "role": "read_only"},
         {"name": "accounts.ApiToken.name"},
