@@ -9,9 +9,10 @@ the records of the period made under that package with one event id. It is
 - `partial` when a required capability has no successful record in the period.
 A price named by the package's unit bills its billable events (billing.selectors measures them for
 rating, with the terms the invoice pins); an event that misses is reported here, with its records, and
-is not billed. A retry's superseded attempts are left out, as rating leaves them out. Records that reach
-the store after the invoice is final are late usage (billing.lateness): an event they complete is billed
-on a later invoice, as the contract's late-usage policy says.
+is not billed. A retry's superseded attempts are left out, as rating leaves them out, and so are the
+successful records of a gray-release stage with billing off (gray usage: docs/releases.md). Records
+that reach the store after the invoice is final are late usage (billing.lateness): an event they
+complete is billed on a later invoice, as the contract's late-usage policy says.
 """
 
 from __future__ import annotations
@@ -25,6 +26,7 @@ from catalog.models import Capability
 from clickhouse_store.queries.billing import EventRecord, event_records, superseded_attempts
 from contracts.models import Contract
 from pricing.expressions import parse_metric
+from releases.selectors import GrayWindow, gray_windows
 
 from .terms import EventTerms, package_event_terms
 
@@ -80,9 +82,10 @@ def measure_events(
     by_package = {terms.package: terms for terms in measured}
     attempts = superseded_attempts([contract], start, end, sandbox=sandbox)
     superseded = {a.record_id for a in attempts if a.tenant == tenant}
+    gray = [] if sandbox else gray_windows([contract], start, end).get(contract, [])
     grouped: dict[tuple[str, str], list[EventRecord]] = {}
     for row in event_records(tenant, contract, start, end, rules, sandbox=sandbox):
-        if row.package in by_package and row.record_id not in superseded:
+        if row.package in by_package and row.record_id not in superseded and not _gray(row, gray):
             grouped.setdefault((row.package, row.event_id), []).append(row)
     return [
         _classify(event_id, package, rows, by_package[package].required)
@@ -110,6 +113,13 @@ def business_events(contract: Contract, start: datetime, end: datetime) -> Event
         for p in packages
     ]
     return EventsReport(contract.code, start, end, report, events)
+
+
+def _gray(row: EventRecord, windows: Sequence[GrayWindow]) -> bool:
+    """A successful record of a gray-release stage with billing off: gray usage, in no billed event."""
+    return row.status == "ok" and any(
+        w.package == row.package and w.starts_at <= row.start_time < w.ends_at for w in windows
+    )
 
 
 def _classify(event_id: str, package: str, rows: list[EventRecord], required: Sequence[str]) -> BusinessEvent:

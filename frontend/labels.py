@@ -53,6 +53,14 @@ STATUSES: dict[str, Promise] = {
     "due": _("Awaiting payment"),
     "overdue": _("Overdue"),
     "settled": _("Settled by credits"),
+    "held": _("Held: its gate failed"),
+    "passed": _("Passed"),
+}
+
+# How a gray-release stage is promoted (releases.ReleaseStage.Promotion).
+PROMOTIONS: dict[str, Promise] = {
+    "manual": _("Manual: you or our staff promote it"),
+    "automatic": _("Automatic, once the gate holds"),
 }
 
 LINE_KINDS: dict[str, Promise] = {

@@ -32,12 +32,10 @@ from django.db import models
 from django.http import HttpResponseBase
 from django.test import Client
 from django.urls import URLPattern, URLResolver, get_resolver, reverse
-from django.utils import timezone
 
 from accounts.models import Role, Tenant
 from clickhouse_store import query
 from ledger.models import Checkpoint
-from releases.services import PlanSpec, StageSpec, create_plan
 from tests.schemathesis.tenant_data import ROLES, TenantData, build_tenant
 
 pytestmark = [pytest.mark.django_db, pytest.mark.usefixtures("clickhouse")]
@@ -59,6 +57,10 @@ class Fill:
 
 def _latest_size(_: TenantData) -> dict[str, Any]:
     return {"size": Checkpoint.objects.order_by("-size").values_list("size", flat=True)[0]}
+
+
+def _sandbox_of(data: TenantData) -> dict[str, str]:
+    return {"tenant": data.tenant.code}
 
 
 def _window(_: TenantData) -> dict[str, str]:
@@ -86,6 +88,11 @@ FILLERS: dict[str, Fill] = {
     "factory-builds": Fill(),
     "factory-build": Fill(lambda d: {"code": d.built.package.code}),
     "factory-artifact": Fill(lambda d: {"sha256": d.built.capability.artifact_id}),
+    # The sandbox: the caller's tenant's (staff name it); the hostile query names the victim's tenant.
+    "sandbox": Fill(query=_sandbox_of, body=lambda d: {"packages": [d.built.package.code]}),
+    "sandbox-keys": Fill(query=_sandbox_of, body=lambda d: {"package": d.built.package.code}),
+    "sandbox-reset": Fill(query=_sandbox_of),
+    "sandbox-projection": Fill(query=lambda d: {**_sandbox_of(d), "packages": d.built.package.code}),
     "token-list": Fill(),
     "token-revoke": Fill(lambda d: {"prefix": d.token_rows[Role.READ_ONLY].prefix}),
     "invoice-detail": Fill(lambda d: {"pk": d.invoice.pk}),
@@ -116,7 +123,7 @@ FILLERS: dict[str, Fill] = {
     "usage-latency": Fill(),
     "usage-breakdown": Fill(),
     "usage-subtrees": Fill(),
-    # gray releases (a plan per tenant, made by the `tenants` fixture)
+    # gray releases (a plan per tenant)
     "release-plan-list": Fill(),
     "release-plan-detail": Fill(lambda d: {"code": release_code(d)}),
     "release-plan-promote": Fill(lambda d: {"code": release_code(d)}),
@@ -185,6 +192,10 @@ FILLERS: dict[str, Fill] = {
     "portal-packages": Fill(),
     "portal-factory": Fill(),
     "portal-factory-build": Fill(lambda d: {"code": d.built.package.code}),
+    "portal-sandbox": Fill(
+        query=lambda d: {"package": d.built.package.code},
+        body=lambda d: {"action": "key", "package": d.built.package.code},
+    ),
     "portal-buy": Fill(),
     "portal-model-prices": Fill(),
     "portal-contracts": Fill(),
@@ -437,18 +448,12 @@ def _check_answer(
 
 @pytest.fixture
 def tenants() -> tuple[TenantData, TenantData]:
-    built = build_tenant("alpha"), build_tenant("bravo")
-    for data in built:
-        stages = [StageSpec("Day 1", [])]
-        create_plan(
-            spec=PlanSpec(release_code(data), "Launch", data.contract.code, stages=stages), now=timezone.now()
-        )
-    return built
+    return build_tenant("alpha"), build_tenant("bravo")
 
 
 def release_code(data: TenantData) -> str:
-    """The code of the tenant's release plan (the `tenants` fixture makes one)."""
-    return f"{data.contract.code}-release"
+    """The code of the tenant's release plan."""
+    return data.release.code
 
 
 def _staff_only_admin(route: Route) -> bool:

@@ -74,6 +74,11 @@ def status_label(code: str) -> str:
 
 
 @register.filter
+def promotion_label(code: str) -> str:
+    return labels.label(labels.PROMOTIONS, code)
+
+
+@register.filter
 def receipt_status_label(code: str) -> str:
     return labels.label(labels.RECEIPT_STATUSES, code)
 

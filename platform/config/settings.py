@@ -65,6 +65,8 @@ INSTALLED_APPS = [
     "frontend",
     "finance",
     "package_factory",
+    "sandbox",
+    "releases",
     "django_htmx",
 ]
 
@@ -183,6 +185,10 @@ CELERY_BEAT_SCHEDULE = {
     "ledger-audit-store": {"task": "ledger.audit_store", "schedule": 3600.0},
     # The ingest outbox: committed batches whose ClickHouse insert failed are stored again (ingest.services).
     "ingest-store-pending": {"task": "ingest.store_pending", "schedule": 60.0},
+    # Customer sandboxes: each one's simulated events of the day, sent as they fall due (sandbox.tasks).
+    "sandbox-simulate-traffic": {"task": "sandbox.simulate_traffic", "schedule": 300.0},
+    # Gray releases: each plan's stage in force judged by its gate (holds, automatic promotions).
+    "releases-evaluate-gates": {"task": "releases.evaluate_gates", "schedule": 300.0},
 }
 
 # Ingest limits.
@@ -207,6 +213,10 @@ JSON_FILE_MAX_BYTES = env.integer("JSON_FILE_MAX_BYTES", 8 * 1024 * 1024, minimu
 # deployment manifests name.
 FACTORY_MAX_MODEL_BYTES = env.integer("FACTORY_MAX_MODEL_BYTES", 64 * 1024 * 1024, minimum=1024)
 FACTORY_EXECUTOR_IMAGE = env.text("FACTORY_EXECUTOR_IMAGE", "treemeter-agent:latest")
+
+# Customer sandboxes (sandbox): where the traffic simulator sends their requests (the L1 router, or an
+# agent); empty: no simulated traffic.
+SANDBOX_SERVING_URL = env.text("SANDBOX_SERVING_URL", "")
 
 # Stripe (billing.payments): empty key = invoices are not pushed; STRIPE_API_BASE points tests at a fake.
 STRIPE_API_KEY = env.text("STRIPE_API_KEY", "")

@@ -52,6 +52,8 @@ urlpatterns = [
     path("v1/", include("accounts.urls")),
     path("v1/", include("catalog.urls")),
     path("v1/", include("package_factory.urls")),
+    path("v1/", include("sandbox.urls")),
+    path("v1/", include("releases.urls")),
     path("v1/", include("webhooks.urls")),
     path("v1/usage/", include("usage.urls")),
     path("i18n/", include("django.conf.urls.i18n")),

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from decimal import Decimal
 
-from catalog.models import Capability, ComputePackage, PackageCapability
+from catalog.models import Capability, ComputePackage, PackageCapability, PackagePlan, PlanPrice
 from contracts.models import Contract, ContractPackage, ContractPrice
 from entitlements.services import issue_api_key
 
@@ -32,6 +32,13 @@ def seed_event_package(contract: Contract, model_id: str) -> str:
         code=EVENT_PACKAGE, defaults={"name": "Contract review events 合同审查事件", "unit": EVENT_UNIT}
     )
     PackageCapability.objects.get_or_create(package=package, capability=capability)
+    plan, created = PackagePlan.objects.get_or_create(
+        package=package,
+        code="standard",
+        defaults={"name": "Contract review events: standard", "currency": "CNY", "base_fee": Decimal(50)},
+    )
+    if created:  # on sale, so that a sandbox may hold it
+        PlanPrice.objects.create(plan=plan, dimension="requests", unit_price=Decimal("0.05"))
     ContractPackage.objects.get_or_create(contract=contract, package=package)
     price = {"unit_price": EVENT_PRICE}
     ContractPrice.objects.get_or_create(contract=contract, dimension=EVENT_UNIT, defaults=price)

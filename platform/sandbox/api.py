@@ -79,7 +79,11 @@ class KeyRequestSerializer(serializers.Serializer):
     name = serializers.CharField(max_length=100, required=False, allow_blank=True)
 
 
-class ProjectionQuerySerializer(serializers.Serializer):
+class TenantQuerySerializer(serializers.Serializer):
+    tenant = serializers.CharField(required=False, help_text="Staff: the tenant whose sandbox.")
+
+
+class ProjectionQuerySerializer(TenantQuerySerializer):
     packages = serializers.CharField(
         required=False, allow_blank=True, max_length=1000, help_text="Comma-separated; empty: all."
     )
@@ -107,6 +111,11 @@ class ProjectionSerializer(serializers.Serializer):
     preview = serializers.BooleanField(help_text="Always true: never finalised, numbered or sent.")
 
 
+def _sandbox(request: Request) -> Sandbox:
+    """The caller's tenant's sandbox (staff: `?tenant=`)."""
+    return sandbox_of(principal_of(request), request.query_params.get("tenant"))
+
+
 def _answer(sandbox: Sandbox, metrics: SandboxMetrics) -> dict[str, Any]:
     data = dict(SandboxSerializer(sandbox).data)
     data["metrics"] = MetricsSerializer(
@@ -119,6 +128,7 @@ def _answer(sandbox: Sandbox, metrics: SandboxMetrics) -> dict[str, Any]:
     return data
 
 
+@extend_schema(parameters=[TenantQuerySerializer])
 class SandboxView(APIView):
     """The tenant's sandbox and this month's figures (404 `sandbox_not_found` before it is opened).
     POST opens it (409 `sandbox_exists` the second time); PATCH changes its daily simulated events."""
@@ -127,7 +137,7 @@ class SandboxView(APIView):
 
     @extend_schema(responses={200: SandboxAnswerSerializer})
     def get(self, request: Request) -> Response:
-        sandbox = sandbox_of(principal_of(request))
+        sandbox = _sandbox(request)
         return Response(_answer(sandbox, sandbox_metrics(sandbox, timezone.now())))
 
     @extend_schema(request=OpenSerializer, responses={201: SandboxAnswerSerializer})
@@ -142,10 +152,11 @@ class SandboxView(APIView):
     def patch(self, request: Request) -> Response:
         body = TrafficSerializer(data=request.data)
         body.is_valid(raise_exception=True)
-        sandbox = set_daily_events(sandbox_of(principal_of(request)), body.validated_data["daily_events"])
+        sandbox = set_daily_events(_sandbox(request), body.validated_data["daily_events"])
         return Response(_answer(sandbox, sandbox_metrics(sandbox, timezone.now())))
 
 
+@extend_schema(parameters=[TenantQuerySerializer])
 class SandboxKeysView(APIView):
     """A new API key of the sandbox for one of its packages (its records go to the sandbox)."""
 
@@ -156,11 +167,12 @@ class SandboxKeysView(APIView):
         body = KeyRequestSerializer(data=request.data)
         body.is_valid(raise_exception=True)
         data = body.validated_data
-        issued = issue_sandbox_key(sandbox_of(principal_of(request)), data["package"], data.get("name", ""))
+        issued = issue_sandbox_key(_sandbox(request), data["package"], data.get("name", ""))
         answer = {**ApiKeySerializer(issued.api_key).data, "api_key": issued.secret}
         return Response(answer, status=status.HTTP_201_CREATED)
 
 
+@extend_schema(parameters=[TenantQuerySerializer])
 class SandboxResetView(APIView):
     """Delete the sandbox's records: its figures and projection start again from zero (again: no-op)."""
 
@@ -168,7 +180,7 @@ class SandboxResetView(APIView):
 
     @extend_schema(request=None, responses={200: SandboxAnswerSerializer})
     def post(self, request: Request) -> Response:
-        sandbox = reset_sandbox(sandbox_of(principal_of(request)))
+        sandbox = reset_sandbox(_sandbox(request))
         return Response(_answer(sandbox, sandbox_metrics(sandbox, timezone.now())))
 
 
@@ -180,7 +192,7 @@ class SandboxProjectionView(APIView):
         query = ProjectionQuerySerializer(data=request.query_params.dict())
         query.is_valid(raise_exception=True)
         chosen = [p for p in query.validated_data.get("packages", "").split(",") if p]
-        projection = projected_invoice(sandbox_of(principal_of(request)), chosen, timezone.now())
+        projection = projected_invoice(_sandbox(request), chosen, timezone.now())
         rated = projection.invoice
         body = {
             "month": projection.month,

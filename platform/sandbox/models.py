@@ -31,5 +31,8 @@ class Sandbox(models.Model):
     reset_at = models.DateTimeField(null=True, blank=True, editable=False)
     created_at = models.DateTimeField(auto_now_add=True)
 
+    class Meta:
+        verbose_name_plural = "sandboxes"
+
     def __str__(self) -> str:
         return f"{self.tenant.code}: {self.contract.code}"

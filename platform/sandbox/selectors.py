@@ -58,10 +58,12 @@ class Projection:
     currency: str
 
 
-def sandbox_of(principal: Principal) -> Sandbox:
-    """The principal's tenant's sandbox (SandboxNotFound when it has none)."""
+def sandbox_of(principal: Principal, tenant: str | None = None) -> Sandbox:
+    """The sandbox of the principal's tenant; staff name the tenant. SandboxNotFound when there is none,
+    and for a customer naming another tenant (a filter narrows what the caller sees: common.filters)."""
+    code = tenant if principal.is_staff else principal.tenant_code
     sandboxes = Sandbox.objects.select_related("tenant", "contract")
-    found = sandboxes.filter(tenant_id=principal.tenant_id).first() if principal.tenant_id else None
+    found = sandboxes.filter(tenant__code=code).first() if code and tenant in (None, code) else None
     if found is None:
         raise SandboxNotFound("sandbox_not_found", "No sandbox is open: open one with its packages.")
     return found

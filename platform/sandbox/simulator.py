@@ -3,9 +3,10 @@ serving path (the L1 router or an agent, `settings.SANDBOX_SERVING_URL`) with th
 so its records are signed, shipped and ingested like any other, into the sandbox's store.
 
 An event goes to one of the sandbox's packages in turn, one call per required capability with the event
-id: a completion for a MoE capability (its model, a contract-review prompt), an invocation for an ONNX
-capability (inputs of its declared shapes). A package without capabilities is not simulated. Traffic
-due over a pause longer than a day is not caught up beyond one day's worth."""
+id: a completion for a MoE capability (its model, a contract-review prompt, decoded greedily so that a
+prompt always gets the same answer), an invocation for an ONNX capability (inputs of its declared
+shapes). A package without capabilities is not simulated. Traffic due over a pause longer than a day
+is not caught up beyond one day's worth."""
 
 from __future__ import annotations
 
@@ -82,7 +83,8 @@ def _call(capability: Capability, event_id: str, number: int) -> tuple[str, dict
         inputs = sample_inputs(capability.input_schema)
         return f"/v1/capabilities/{capability.code}/invocations", {"inputs": inputs, "event_id": event_id}
     prompt = PROMPTS[number % len(PROMPTS)]
-    return "/v1/completions", {"model": capability.model_id, "prompt": prompt, "max_tokens": MAX_TOKENS}
+    body = {"model": capability.model_id, "prompt": prompt, "max_tokens": MAX_TOKENS, "temperature": 0}
+    return "/v1/completions", body
 
 
 def sample_inputs(schema: dict[str, Any]) -> dict[str, Any]:

@@ -22,6 +22,7 @@ from contracts.models import Contract, ContractPackage, ContractPrice
 from ledger.models import Checkpoint
 from ledger.services import publish_checkpoint
 from pricing.errors import TermsError
+from releases.services import CapabilitySpec, PlanSpec, StageSpec, create_plan
 from tests.api.conftest import staff_client, token_client
 from tests.billing.composed import DAY, call, capability, composed_contract
 from tests.billing.usage import ingest
@@ -185,3 +186,33 @@ def test_events_start_where_their_first_record_does_and_a_price_version_bills_it
         (D(1), D("10.00"), D("10.00")),
     ]
     assert [[e["event_id"] for e in x.details["events"]] for x in versions] == [["po-1"], ["po-9"]]
+
+
+def test_the_events_of_a_gray_release_stage_with_billing_off_are_not_billed() -> None:
+    contract = priced(composed_contract())
+    # From November 20 the supplier package is in a gray stage: its usage is metered, not billed.
+    create_plan(
+        spec=PlanSpec(
+            "supplier-launch",
+            "Launch",
+            contract.code,
+            stages=[StageSpec("Day 1", [CapabilitySpec("ocr"), CapabilitySpec("clauses")])],
+        ),
+        now=datetime(2026, 11, 20, tzinfo=UTC),
+    )
+    agent = signing_agent(contract)
+    gray = DAY + 15 * 86400 * 10**9  # November 25
+    ingest(
+        agent,
+        [
+            call(agent, contract, "po-1", "ocr"),
+            call(agent, contract, "po-1", "clauses", outcome={"f1": "0.95"}),
+            call(agent, contract, "po-9", "ocr", start_ns=gray),
+            call(agent, contract, "po-9", "clauses", outcome={"f1": "0.99"}, start_ns=gray + 10**9),
+        ],
+    )
+    invoice = generate_invoice(contract.pk, *NOV, now=DEC_2)
+    line = invoice.lines.get(dimension="supplier_event")
+    assert (line.quantity, line.amount) == (D(1), D("12.50"))
+    assert [e["event_id"] for e in line.details["events"]] == ["po-1"]
+    assert invoice.terms["exclusions"]["by_gray_release"] == 2

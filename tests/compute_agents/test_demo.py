@@ -19,6 +19,7 @@ from clickhouse_store import query
 from common.periods import month_bounds, month_of, previous_month
 from demo.history import HISTORY_AGENT_ID
 from package_factory.models import PackageBuild
+from sandbox.models import Sandbox
 from scheduling.models import SchedulerEvent
 from sla.models import SlaReport
 
@@ -78,6 +79,15 @@ def test_run_demo_invoices_what_the_tree_served_and_its_burst_borrows_and_scales
     line = acme.lines.get(dimension="contract_review_event")
     assert (line.description, line.quantity, line.amount) == ("Contract review events", 7, Decimal("87.50"))
     assert sorted(e["event_id"] for e in line.details["events"]) == [f"review-{n}" for n in range(1, 8)]
+    # The sandbox: its simulated events went through the tree into its own store, and it has no invoice.
+    assert "the simulator sent 12 of its 1000 events a day through the L1 router" in text
+    sandbox = Sandbox.objects.select_related("contract").get(tenant__code="acme-legal")
+    [(sandboxed,)] = query.select(
+        f"SELECT count() FROM {query.SANDBOX} WHERE contract = {{c:String}}", {"c": sandbox.contract.code}
+    )
+    assert sandboxed == 12 and sandbox.contract.code not in everything
+    assert not Invoice.objects.filter(contract=sandbox.contract).exists()
+    assert "Projected invoice" in text and "Sandbox figures of" in text
     # Through the tree: every served request is a v2 record of an executor, with the router's decision.
     [(routed, executors)] = query.select(
         f"SELECT countIf(v = 2), groupUniqArray(agent_id) FROM {query.RECORDS} "

@@ -23,6 +23,7 @@ PAGES: dict[str, Callable[[TenantData], dict[str, Any]]] = {
     "portal-model-prices": lambda d: {},
     "portal-factory": lambda d: {},
     "portal-factory-build": lambda d: {"code": d.built.package.code},
+    "portal-sandbox": lambda d: {},
     "portal-contracts": lambda d: {},
     "portal-contract": lambda d: {"code": d.contract.code},
     "portal-usage": lambda d: {},
@@ -40,11 +41,14 @@ PAGES: dict[str, Callable[[TenantData], dict[str, Any]]] = {
     "portal-keys": lambda d: {},
     "portal-webhooks": lambda d: {},
     "portal-webhook": lambda d: {"pk": d.webhook.pk},
+    "portal-releases": lambda d: {},
+    "portal-release-stage": lambda d: {"code": d.release.code, "position": 1},
 }
 # What each page must show of the tenant's own data (en).
 SHOWS: dict[str, Callable[[TenantData], str]] = {
     "portal-factory": lambda d: d.built.package.code,
     "portal-factory-build": lambda d: d.built.capability.artifact_id or "",
+    "portal-sandbox": lambda d: d.sandbox.contract.code,
     "portal-contracts": lambda d: d.contract.code,
     "portal-contract": lambda d: d.contract.code,
     "portal-invoices": lambda d: d.invoice.number or "",
@@ -57,6 +61,8 @@ SHOWS: dict[str, Callable[[TenantData], str]] = {
     "portal-keys": lambda d: d.api_key.prefix,
     "portal-webhooks": lambda d: d.webhook.url,
     "portal-webhook": lambda d: d.event.event_id,
+    "portal-releases": lambda d: d.release.code,
+    "portal-release-stage": lambda d: d.release.code,
 }
 # Object pages: the URL names one object of the tenant.
 OBJECT_PAGES = [
@@ -69,11 +75,13 @@ OBJECT_PAGES = [
     "portal-dispute",
     "portal-sla-report",
     "portal-webhook",
+    "portal-release-stage",
 ]
 # Write endpoints with a form body aimed at the tenant's own objects.
 WRITES: dict[str, tuple[Callable[[TenantData], dict[str, Any]], Callable[[TenantData], dict[str, Any]]]] = {
     "portal-buy": (lambda d: {}, lambda d: {"package": d.package.code, "plan": "standard"}),
     "portal-factory": (lambda d: {}, lambda d: {"template": "contract-review", "package_code": "probe"}),
+    "portal-sandbox": (lambda d: {}, lambda d: {"action": "key", "package": d.built.package.code}),
     "portal-keys": (lambda d: {}, lambda d: {"contract": d.contract.code, "sla_class": "standard"}),
     "portal-key-revoke": (lambda d: {"prefix": d.api_key.prefix}, lambda d: {}),
     "portal-dispute-line": (

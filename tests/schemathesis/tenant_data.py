@@ -34,6 +34,10 @@ from ledger.models import Checkpoint
 from ledger.services import publish_checkpoint
 from package_factory.models import PackageBuild
 from package_factory.services import build_package
+from releases.models import ReleasePlan
+from releases.services import PlanSpec, StageSpec, create_plan
+from sandbox.models import Sandbox
+from sandbox.services import open_sandbox
 from sla.models import (
     CreditStep,
     CustomerDependency,
@@ -77,6 +81,8 @@ class TenantData:
     dependency: CustomerDependency
     outage: Exclusion
     built: PackageBuild  # the tenant's own package, from its package factory
+    sandbox: Sandbox  # on its own package
+    release: ReleasePlan  # a gray release of its contract's package, its first stage in force
     receipt: str  # of a logged record
     missing_receipts: list[str]  # of two records served and never shipped (disputable)
     users: dict[str, User] = field(default_factory=dict)  # role → a signed-in member in that role
@@ -100,6 +106,9 @@ class TenantData:
             self.dependency.health_url,
             self.built.package.code,
             self.built.capability.artifact_id or "",
+            self.sandbox.contract.code,
+            self.release.code,
+            *self.sandbox.simulator_keys.values(),
             *self.record_ids,
             *(token.prefix for token in self.token_rows.values()),
             *(user.username for user in self.users.values()),
@@ -163,6 +172,11 @@ def build_tenant(label: str, *, records: int = RECORDS) -> TenantData:
     dependency, outage = _dependency(contract, label)
     report = compute_report(contract, MONTH, now=datetime(2026, 12, 2, tzinfo=UTC))
     built = _built_package(owner, label)
+    sandbox = open_sandbox(owner, [built.package.code])
+    release = create_plan(
+        spec=PlanSpec(f"{contract.code}-release", "Launch", contract.code, stages=[StageSpec("Day 1", [])]),
+        now=timezone.now(),
+    )
 
     return TenantData(
         label=label,
@@ -186,6 +200,8 @@ def build_tenant(label: str, *, records: int = RECORDS) -> TenantData:
         dependency=dependency,
         outage=outage,
         built=built,
+        sandbox=sandbox,
+        release=release,
         receipt=agent.receipt(batch[0]),
         missing_receipts=[agent.receipt(r) for r in never_shipped],
         users=users,

@@ -193,7 +193,7 @@ def _verify(
     billable = _billable(invoice, lines, retried | gray) if _rates_records(invoice) else []
     _check_metrics(invoice, manifest["prices"], billable, report)
     _check_catalogue(invoice, billable, report)
-    _check_events(invoice, manifest["prices"], lines, retried, report)
+    _check_events(invoice, manifest["prices"], lines, retried | gray, report)  # gray usage: no event
     _check_outcomes(invoice, manifest["prices"], scans, lines, retried, report)
     _check_service_credits(invoice, report)
     for finding in late_usage_findings(invoice, manifest.get("earlier_terms", {})):

@@ -19,6 +19,7 @@ from django.core.management import call_command
 from django.core.management.base import BaseCommand, CommandError
 from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+from rich.table import Table
 
 from billing.business_events import business_events
 from billing.models import Invoice
@@ -33,13 +34,17 @@ from contracts.models import Contract
 from demo.events import EVENT_PACKAGE, EVENT_UNIT, MIN_TOKENS, seed_event_package
 from demo.factory import build_demo_package
 from demo.history import backfill, seed_terms
+from demo.sandbox import demo_sandbox, simulate_events
 from demo.server import start_api_server
 from demo.services import DemoSetup, ensure_admin, seed_demo
 from demo.tree import BATCH, REPLICA, RunningTree, model_dir, start_tree
+from sandbox.models import Sandbox
+from sandbox.selectors import projected_invoice, sandbox_metrics
 from scheduling.models import SchedulerEvent
 
 BURST_SENDERS = 6
 EVENTS = 8  # contract review events sent, one or two calls each
+SANDBOX_EVENTS = 12  # the sandbox simulator's events sent during the run
 BURST_LIMIT_S = 90
 SETTLE_LIMIT_S = 45  # after the burst: the loan returned (held 10 s) and the replica stopped
 PROMPTS = (
@@ -83,6 +88,7 @@ class Command(BaseCommand):
             setup = seed_demo(settings.DATA_DIR)
             model_id = str(read_manifest(model_dir(settings.DATA_DIR))["model_id"])
             event_key = seed_event_package(setup.contract, model_id)
+            sandbox = demo_sandbox(setup.contract)
             seed_terms()
             built = build_demo_package(setup.tenant.code)
             admin_user, admin_password = ensure_admin(settings.DATA_DIR)
@@ -115,6 +121,7 @@ class Command(BaseCommand):
                 self._history(console, setup, url, options["history_days"], tree.model)
             self._send_requests(console, setup, tree, options["requests"])
             self._send_events(console, tree, event_key)
+            self._sandbox_traffic(console, tree, sandbox)
             if options["burst"] > 0:
                 self._burst(console, setup, tree, options["burst"])
             self._tree_summary(console, tree.get("/tree/stats"))
@@ -130,6 +137,7 @@ class Command(BaseCommand):
                 )
             self._hop_latencies(console, period_start)
             self._invoice(console, setup, period_start)
+            self._sandbox_preview(console, sandbox)
         finally:
             if not stopped:
                 tree.stop()
@@ -218,13 +226,14 @@ class Command(BaseCommand):
 
     def _send_events(self, console: Console, tree: RunningTree, key: str) -> None:
         """Contract review events through the L1 router, each one or two calls with one event id (the
-        `X-Request-Id`): a long enough answer is accepted; a too short one fails acceptance, unless
-        the event's second call is accepted."""
+        `X-Request-Id`), decoded greedily: a long enough answer is accepted; a too short one fails
+        acceptance, unless the event's second call is accepted."""
         with httpx.Client(base_url=tree.url, timeout=60) as client:
             for number in range(EVENTS):
                 tokens = (12,) if number % 4 else (2, 12) if number % 8 else (2,)
                 for max_tokens in tokens:
-                    body = {"model": "tiny", "prompt": PROMPTS[number % 2], "max_tokens": max_tokens}
+                    prompt = PROMPTS[number % 2]
+                    body = {"model": "tiny", "prompt": prompt, "max_tokens": max_tokens, "temperature": 0}
                     headers = {"Authorization": f"Bearer {key}", "X-Request-Id": f"review-{number}"}
                     answer = client.post("/v1/completions", json=body, headers=headers)
                     if answer.status_code != 200:
@@ -233,6 +242,41 @@ class Command(BaseCommand):
             f"Business events: {EVENTS} contract reviews sent under package {EVENT_PACKAGE} "
             f"(each accepted when an answer has ≥ {MIN_TOKENS} tokens)"
         )
+
+    def _sandbox_traffic(self, console: Console, tree: RunningTree, sandbox: Sandbox) -> None:
+        sent = simulate_events(sandbox, tree.url, SANDBOX_EVENTS, datetime.now(UTC))
+        console.print(
+            f"Sandbox {sandbox.contract.code} ({sandbox.tenant.code}, packages "
+            f"{', '.join(p.code for p in sandbox.contract.held_packages())}): the simulator sent "
+            f"{sent.events} of its {sandbox.daily_events} events a day through the L1 router with the "
+            "sandbox's own keys ("
+            + ", ".join(f"{n} × HTTP {code}" for code, n in sorted(sent.statuses.items()))
+            + ")"
+        )
+        if sent.statuses.get(200) != sent.calls:
+            raise CommandError(f"The sandbox's calls were not all served: {sent.statuses}")
+
+    def _sandbox_preview(self, console: Console, sandbox: Sandbox) -> None:
+        """The sandbox's figures and its projected invoice: a preview, in no production figure."""
+        now = datetime.now(UTC)
+        metrics = sandbox_metrics(sandbox, now)
+        projection = projected_invoice(sandbox, [], now)
+        rate = "—" if metrics.acceptance_rate is None else f"{metrics.acceptance_rate:.2%}"
+        console.print(
+            f"Sandbox figures of {metrics.month}: response time p50 {metrics.p50_ms:.0f} ms, p99 "
+            f"{metrics.p99_ms:.0f} ms  ·  acceptance {rate} of {metrics.events} events  ·  volume "
+            f"{metrics.records} calls (stored apart: in no invoice, SLA report, usage figure or export)"
+        )
+        title = f"Projected invoice {projection.month} (preview; usage so far × {projection.factor})"
+        table = Table(title=title)
+        for column in ("Line", "Quantity", "Unit price", f"Amount ({projection.currency})"):
+            table.add_column(column, justify="left" if column == "Line" else "right")
+        for line in projection.invoice.lines:
+            table.add_row(line.description, f"{line.quantity:,.2f}", f"{line.unit_price:f}", f"{line.amount}")
+        table.add_row("Total", "", "", f"{projection.invoice.total}")
+        console.print(table)
+        if Invoice.objects.filter(contract=sandbox.contract).exists():
+            raise CommandError("A sandbox contract has an invoice.")
 
     def _events_billed(
         self, console: Console, contract: Contract, invoice: Invoice, start: datetime, end: datetime
