@@ -16,7 +16,7 @@ from catalog.selectors import purchasable_plan
 from common.errors import ApiError
 from common.money import round_money
 from contracts.models import Contract
-from contracts.services import set_charge
+from contracts.services import set_plan_charge
 
 from .checkout import start_checkout
 
@@ -81,14 +81,7 @@ def purchase_package(
             starts_at=starts_at,
         )
         for price in plan.prices.all():
-            set_charge(
-                contract,
-                price.dimension,
-                price.charge_model,
-                unit_price=price.unit_price if price.charge_model == "per_unit" else None,
-                properties=price.properties,
-                included_quantity=price.included_quantity,
-            )
+            set_plan_charge(contract, price)
         checkout_url = None
         if checkout:
             checkout_url = start_checkout(contract)

@@ -11,6 +11,8 @@ from typing import Any
 from django.db import transaction
 
 from accounts.validators import SLUG_CODE
+from catalog.models import PlanPrice
+from pricing.charge_models import PER_UNIT
 from pricing.dimensions import CATALOGUE_DIMENSIONS, Dimension
 from pricing.errors import BillingError, TermsError
 from pricing.expressions import parse_metric
@@ -106,6 +108,18 @@ def set_charge(
                 {"dimension": dimension, "effective_from": effective_from.isoformat()},
             )
     return price
+
+
+def set_plan_charge(contract: Contract, price: PlanPrice) -> ContractPrice:
+    """The contract's charge for a dimension as a plan's price template sets it (set_charge's rules)."""
+    return set_charge(
+        contract,
+        price.dimension,
+        price.charge_model,
+        unit_price=price.unit_price if price.charge_model == PER_UNIT else None,
+        properties=price.properties,
+        included_quantity=price.included_quantity,
+    )
 
 
 def set_metric(contract: Contract, code: str, name: str, expression: str) -> ContractMetric:

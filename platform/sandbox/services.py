@@ -18,7 +18,7 @@ from catalog.models import PackagePlan
 from catalog.selectors import active_packages
 from clickhouse_store.queries.sandbox import delete_sandbox_records
 from contracts.models import Contract, ContractPackage
-from contracts.services import set_charge
+from contracts.services import set_plan_charge
 from entitlements.services import IssuedKey, issue_api_key
 
 from .errors import SandboxError, SandboxExists
@@ -64,14 +64,7 @@ def open_sandbox(principal: Principal, packages: Sequence[str], daily_events: in
                     if price.dimension in priced:
                         continue
                     priced.add(price.dimension)
-                    set_charge(
-                        contract,
-                        price.dimension,
-                        price.charge_model,
-                        unit_price=price.unit_price if price.charge_model == "per_unit" else None,
-                        properties=price.properties,
-                        included_quantity=price.included_quantity,
-                    )
+                    set_plan_charge(contract, price)
             _bind_serving_agents(contract)
             keys = {
                 plan.package.code: _key(contract, plan.package.code, "sandbox simulator").secret

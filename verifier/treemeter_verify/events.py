@@ -42,7 +42,7 @@ from typing import Any
 
 from .credits import Finding
 from .metrics import FIELDS, MAX_LENGTH, MetricError, Value, _instant_ns, _Parser
-from .rating import CHARGE_MODELS, charge_amount, segment_amounts
+from .rating import CHARGE_MODELS, amount_problems, charge_amount, priced_as, segment_amounts
 
 BILLABLE = "billable"
 FAILED_ACCEPTANCE = "failed_acceptance"
@@ -284,17 +284,8 @@ def _unit_lines(
     problems = _quantity_problems(line, count)
     problems += _listed_problems(line, events, billable)
     expected = charge_amount(terms, Decimal(count), Decimal(0), currency)
-    amount = Decimal(line["amount"])
-    if amount != expected:
-        problems.append(
-            f"amount {amount} {currency} but the pinned terms give {expected} "
-            f"(off by {amount - expected} {currency})"
-        )
-    if terms["charge_model"] == "per_unit":
-        priced = f"× {terms['properties'].get('unit_price')}"
-    else:
-        priced = f"at {terms['charge_model']}"
-    return problems, f"{_events(count)} {priced} = {expected} {currency}"
+    problems += amount_problems(Decimal(line["amount"]), expected, currency)
+    return problems, f"{_events(count)} {priced_as(terms)} = {expected} {currency}"
 
 
 def _version_lines(

@@ -29,7 +29,7 @@ from decimal import ROUND_HALF_EVEN, Context, Decimal, InvalidOperation
 from functools import lru_cache
 from typing import Any, NamedTuple
 
-from .rating import CHARGE_MODELS, charge_amount, segment_amounts
+from .rating import CHARGE_MODELS, amount_problems, charge_amount, priced_as, segment_amounts
 
 PLACES = Decimal("0.000001")  # a metric's quantity is billed to 6 decimal places
 SCALE = 10**18  # each record's value is a decimal of 18 places: an integer of 1e-18 units here
@@ -587,16 +587,8 @@ def _one_line(
     problems = []
     if stated != quantity:
         problems.append(f"quantity {stated} but the records give {quantity} (off by {stated - quantity})")
-    if amount != expected:
-        problems.append(
-            f"amount {amount} {currency} but the pinned terms give {expected} "
-            f"(off by {amount - expected} {currency})"
-        )
-    if terms["charge_model"] == "per_unit":
-        priced = f"× {terms['properties'].get('unit_price')}"
-    else:
-        priced = f"at {terms['charge_model']}"
-    return problems, f"quantity {quantity} ({metric.describe()}) {priced} = {expected} {currency}"
+    problems += amount_problems(amount, expected, currency)
+    return problems, f"quantity {quantity} ({metric.describe()}) {priced_as(terms)} = {expected} {currency}"
 
 
 def _version_lines(

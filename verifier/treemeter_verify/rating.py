@@ -139,6 +139,21 @@ def charge_amount(terms: dict[str, Any], quantity: Decimal, value: Decimal, curr
     return round_money(amount, currency)
 
 
+def amount_problems(amount: Decimal, expected: Decimal, currency: str) -> list[str]:
+    """The problem of a line whose amount is not what its pinned terms give, or none."""
+    if amount == expected:
+        return []
+    off = amount - expected
+    return [f"amount {amount} {currency} but the pinned terms give {expected} (off by {off} {currency})"]
+
+
+def priced_as(terms: dict[str, Any]) -> str:
+    """How a line's quantity was priced, as its verdict says it: "× 12.50" or "at graduated"."""
+    if terms["charge_model"] == "per_unit":
+        return f"× {terms['properties'].get('unit_price')}"
+    return f"at {terms['charge_model']}"
+
+
 def _range_amount(
     terms: dict[str, Any], first: Decimal, last: Decimal, total: Decimal, value: Decimal
 ) -> Decimal:
