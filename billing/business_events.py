@@ -2,7 +2,9 @@
 
 The customer (or the package) gives each call of an event the same event id: the record's
 `client_request_id` (`X-Request-Id`, or a capability call's `event_id`). An event of a package is
-the records of the period made under that package with one event id. It is
+an event id with a record of the period made under that package; its records are those, and the calls
+of its required capabilities made under another package of the contract with that event id: a
+capability two packages share runs once per event and counts for both. It is
 - `billable` when each of the package's required capabilities has a successful record whose acceptance
   rule holds (the capability's outcome rule over the record, pricing.expressions; none: it holds);
 - `failed_acceptance` when each has a successful record but for one of them none meets its rule;
@@ -83,14 +85,17 @@ def measure_events(
     attempts = superseded_attempts([contract], start, end, sandbox=sandbox)
     superseded = {a.record_id for a in attempts if a.tenant == tenant}
     gray = [] if sandbox else gray_windows([contract], start, end).get(contract, [])
-    grouped: dict[tuple[str, str], list[EventRecord]] = {}
+    by_event: dict[str, list[EventRecord]] = {}
     for row in event_records(tenant, contract, start, end, rules, sandbox=sandbox):
-        if row.package in by_package and row.record_id not in superseded and not _gray(row, gray):
-            grouped.setdefault((row.package, row.event_id), []).append(row)
-    return [
-        _classify(event_id, package, rows, by_package[package].required)
-        for (package, event_id), rows in sorted(grouped.items())
-    ]
+        if row.record_id not in superseded and not _gray(row, gray):
+            by_event.setdefault(row.event_id, []).append(row)
+    events = []
+    for package, terms in sorted(by_package.items()):
+        for event_id, rows in sorted(by_event.items()):
+            if any(r.package == package for r in rows):  # an event of the package: a call made under it
+                shared = [r for r in rows if r.package == package or r.model_id in terms.required]
+                events.append(_classify(event_id, package, shared, terms.required))
+    return events
 
 
 def business_events(contract: Contract, start: datetime, end: datetime) -> EventsReport:

@@ -216,3 +216,24 @@ def test_the_events_of_a_gray_release_stage_with_billing_off_are_not_billed() ->
     assert (line.quantity, line.amount) == (D(1), D("12.50"))
     assert [e["event_id"] for e in line.details["events"]] == ["po-1"]
     assert invoice.terms["exclusions"]["by_gray_release"] == 2
+
+
+def test_a_capability_two_packages_share_runs_once_per_event_and_counts_for_both() -> None:
+    contract = priced(composed_contract())
+    agent = signing_agent(contract)
+    records = [
+        call(agent, contract, "deal-1", "ocr"),  # once, under supplier: logistics' event uses it too
+        call(agent, contract, "deal-1", "clauses", outcome={"f1": "0.95"}),
+        call(agent, contract, "deal-1", "routes", package="logistics", outcome={"on_time": 1}),
+        call(agent, contract, "deal-2", "ocr"),  # no logistics call: no logistics event
+        call(agent, contract, "deal-2", "clauses", outcome={"f1": "0.96"}),
+    ]
+    ingest(agent, records)
+    invoice = generate_invoice(contract.pk, *NOV, now=DEC_2)
+    assert [(x.dimension, x.quantity) for x in invoice.lines.order_by("pk")] == [
+        ("shipment_event", D(1)),
+        ("supplier_event", D(2)),
+    ]
+    shipment = invoice.lines.get(dimension="shipment_event").details["events"]
+    ocr, routes = str(records[0]["record_id"]), str(records[2]["record_id"])
+    assert shipment == [{"event_id": "deal-1", "records": sorted([ocr, routes])}]

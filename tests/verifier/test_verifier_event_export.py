@@ -86,3 +86,28 @@ def test_an_event_line_is_verified_offline_and_tampering_is_named(client: Client
     _line(manifest)["amount"] = "30.00"
     ok, detail = _verdict(manifest, lines, agent)
     assert not ok and "30.00" in detail and "25.00" in detail, detail
+
+
+def test_a_shared_capabilitys_call_counts_in_both_packages_events_offline(client: Client) -> None:
+    contract = composed_contract()
+    for unit, price in (("supplier_event", "12.50"), ("shipment_event", "3.00")):
+        ContractPrice.objects.create(contract=contract, dimension=unit, unit_price=Decimal(price))
+    agent = signing_agent(contract)
+    send(
+        client,
+        agent,
+        [
+            call(agent, contract, "deal-1", "ocr"),
+            call(agent, contract, "deal-1", "clauses", outcome={"f1": "0.95"}),
+            call(agent, contract, "deal-1", "routes", package="logistics", outcome={"on_time": 1}),
+        ],
+    )
+    invoice = finalize_invoice(november_invoice(contract))
+    publish_checkpoint(Checkpoint.Reason.MANUAL)
+    body = member_client(contract, "bob").get(f"/v1/ledger/invoices/{invoice.pk}/export").content
+    manifest, lines = read_export(body)
+    report = verify_export(manifest, lines, pinned_keys(agent))
+    assert report.ok, [v for v in report.verdicts if not v.ok]
+    verdicts = {v.check: v.detail for v in report.verdicts}
+    assert verdicts["event line shipment_event"] == "1 event × 3 = 3.00 CNY"
+    assert verdicts["event line supplier_event"] == "1 event × 12.5 = 12.50 CNY"

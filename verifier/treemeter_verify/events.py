@@ -167,7 +167,7 @@ def classify_events(
     unit: dict[str, Any], records: Iterable[dict[str, Any]], figures: dict[str, float]
 ) -> dict[str, Event]:
     """The events of a unit (its pinned ``package``, ``required`` model ids and ``rules``) by event id,
-    from the records considered for it (the unit's package's, not superseded, with an event id); MetricError
+    from the records considered for it (`_of_unit`: not superseded, with an event id); MetricError
     when a rule cannot be parsed or a record lacks a field its rule reads."""
     rules = {model_id: parse_rule(text) for model_id, text in unit.get("rules", {}).items()}
     grouped: dict[str, list[dict[str, Any]]] = {}
@@ -207,14 +207,12 @@ def event_findings(
     if not units:
         return []
     period = _period_records(invoice, records)
-    packages = {unit["package"] for unit in units.values()}
     considered = [
         r
         for r in period
         if _record_id(r) not in superseded
         and isinstance(r.get("client_request_id"), str)
         and r["client_request_id"]
-        and r.get("package") in packages
     ]
     out = []
     try:
@@ -225,9 +223,7 @@ def event_findings(
     for code, unit in units.items():
         check = f"event line {code}"
         try:
-            events = classify_events(
-                unit, [r for r in considered if r["package"] == unit["package"]], figures
-            )
+            events = classify_events(unit, _of_unit(considered, unit), figures)
         except (MetricError, KeyError, TypeError) as error:
             out.append(Finding(check, [f"the unit's events cannot be measured: {error}"], ""))
             continue
@@ -236,6 +232,19 @@ def event_findings(
         except (InvalidOperation, KeyError, TypeError, ValueError, StopIteration) as error:
             out.append(Finding(check, [f"the lines cannot be re-rated: {error!r}"], ""))
     return out
+
+
+def _of_unit(records: list[dict[str, Any]], unit: dict[str, Any]) -> list[dict[str, Any]]:
+    """The records of the unit's events: an event id with a record made under the unit's package; its
+    records are those, and the calls of its required capabilities under another package of the contract
+    with that event id (a shared capability runs once per event and counts for both)."""
+    own = {r["client_request_id"] for r in records if r.get("package") == unit["package"]}
+    return [
+        r
+        for r in records
+        if r["client_request_id"] in own
+        and (r.get("package") == unit["package"] or r.get("model_id") in unit["required"])
+    ]
 
 
 def _period_records(invoice: dict[str, Any], records: Iterable[Any]) -> list[dict[str, Any]]:
