@@ -1,15 +1,16 @@
-"""The package factory, timed from the upload to the first billed request, on real services.
+"""The package factory, timed from the upload to the first billed sandbox request, on real services.
 
     make bench-factory [ARGS="--runs 3"]
 
-Each run: a tenant uploads a tiny ONNX model with a declaration over the insurance template
-(`POST /v1/factory/packages`), buys the package it gets (`POST /v1/purchases`), makes an API key
-(`POST /v1/keys`), fetches the model by digest and writes the executor configuration the factory wrote,
-starts a real agent process on it (`compute_agents serve --onnx-config`), calls the capability until it
-answers, waits until the record is stored in ClickHouse, and rates the month (`generate_invoice`, as
-once the month is over): billed when the invoice's requests line counts it. Every phase is printed; the
-total is "upload → first billed request". The platform is this process's WSGI server on a fresh
-PostgreSQL database and chDB directory (tools.testenv); the agent is its own process.
+Each run: a new tenant uploads a tiny ONNX model with a declaration over the insurance template
+(`POST /v1/factory/packages`), opens a sandbox on the package it gets (`POST /v1/sandbox`) and makes a
+sandbox key (`POST /v1/sandbox/keys`), fetches the model by digest and writes the executor
+configuration the factory wrote, starts a real agent process on it (`compute_agents serve
+--onnx-config`), calls the capability until it answers, waits until the record is stored in the
+sandbox's ClickHouse table, and reads the sandbox's projected invoice (`GET /v1/sandbox/projection`):
+billed when its requests line counts it. Every phase is printed; the total is "upload → first billed
+sandbox request". The platform is this process's WSGI server on a fresh PostgreSQL database and chDB
+directory (tools.testenv); the agent is its own process.
 """
 
 from __future__ import annotations
@@ -23,6 +24,7 @@ import sys
 import tempfile
 import time
 from collections.abc import Callable
+from decimal import Decimal
 from pathlib import Path
 
 import httpx
@@ -35,11 +37,11 @@ from benchdb import use_fresh_database  # noqa: E402
 
 PHASES = (
     "built",
-    "bought and keyed",
+    "sandbox opened and keyed",
     "deployed (model fetched, config written)",
     "first answer (agent process started)",
     "record stored",
-    "billed (invoice line)",
+    "billed (the sandbox's projected invoice)",
 )
 
 
@@ -67,14 +69,9 @@ def until(check: Callable[[], bool], timeout: float, what: str) -> None:
 
 
 def one_run(run: int, scratch: Path, platform_url: str, token: str, moe: Path) -> list[float]:
-    from django.utils import timezone
-
     from agents.services import register_agent
-    from billing.services import generate_invoice
     from clickhouse_store import query
-    from common.periods import month_bounds
     from compute_agents.runtime import pin_platform_key
-    from contracts.models import Contract
     from demo.services import read_or_create_seed
     from demo.tree import agent_command, free_port
     from treemeter_records import private_key_from_seed, public_key_to_b64
@@ -99,10 +96,10 @@ def one_run(run: int, scratch: Path, platform_url: str, token: str, moe: Path) -
     built.raise_for_status()
     build = built.json()
     marks.append(time.perf_counter())
-    bought = api.post("/v1/purchases", json={"package": code, "plan": "standard"})
-    bought.raise_for_status()
-    contract_code = bought.json()["contract"]["code"]
-    key = api.post("/v1/keys", json={"contract": contract_code, "sla_class": "standard"})
+    opened = api.post("/v1/sandbox", json={"packages": [code], "daily_events": 0})
+    opened.raise_for_status()
+    contract_code = opened.json()["contract"]
+    key = api.post("/v1/sandbox/keys", json={"package": code})
     key.raise_for_status()
     marks.append(time.perf_counter())
 
@@ -145,13 +142,13 @@ def one_run(run: int, scratch: Path, platform_url: str, token: str, moe: Path) -
 
         until(answered, 300, "the agent's first answer")
         marks.append(time.perf_counter())
-        stored = f"SELECT count() AS n FROM {query.RECORDS} WHERE contract = {{c:String}} AND status = 'ok'"
+        stored = f"SELECT count() AS n FROM {query.SANDBOX} WHERE contract = {{c:String}} AND status = 'ok'"
         until(lambda: query.select_dicts(stored, {"c": contract_code})[0]["n"] >= 1, 60, "the record")
         marks.append(time.perf_counter())
-        start, end = month_bounds(timezone.now().strftime("%Y-%m"))
-        invoice = generate_invoice(Contract.objects.get(code=contract_code).pk, start, end, now=end)
-        line = invoice.lines.get(dimension="requests")
-        if line.quantity < 1 or line.amount <= 0:
+        projection = api.get("/v1/sandbox/projection")
+        projection.raise_for_status()
+        line = next(x for x in projection.json()["lines"] if x["dimension"] == "requests")
+        if Decimal(line["quantity"]) <= 0 or Decimal(line["amount"]) <= 0:
             raise SystemExit(f"not billed: {line}")
         marks.append(time.perf_counter())
     finally:
@@ -167,8 +164,6 @@ def main() -> None:
     parser.add_argument("--runs", type=int, default=3)
     args = parser.parse_args()
     use_fresh_database("treemeter_bench_factory")
-
-    from decimal import Decimal
 
     from django.contrib.auth.models import User
 
@@ -188,19 +183,24 @@ def main() -> None:
         power_per_hour=Decimal("0.5"),
         operations_per_hour=Decimal(1),
     )
-    tenant = Tenant.objects.create(code="bench-insurer", name="Bench insurer")
-    owner = User.objects.create_user("bench-owner")
-    Membership.objects.create(user=owner, tenant=tenant, role=Role.OWNER)
-    token = issue_api_token(Principal(tenant, Role.OWNER, owner.pk), role=Role.OWNER, name="bench").secret
+
+    def owner_token(run: int) -> str:
+        """A new tenant's owner token: each run opens the tenant's one sandbox."""
+        tenant = Tenant.objects.create(code=f"bench-insurer-{run}", name=f"Bench insurer {run}")
+        owner = User.objects.create_user(f"bench-owner-{run}")
+        Membership.objects.create(user=owner, tenant=tenant, role=Role.OWNER)
+        principal = Principal(tenant, Role.OWNER, owner.pk)
+        return issue_api_token(principal, role=Role.OWNER, name="bench").secret
+
     server, platform_url = start_api_server("127.0.0.1", 0)
     runs: list[list[float]] = []
     with tempfile.TemporaryDirectory() as scratch:
         moe = model_dir(Path(scratch))  # the agent also loads its MoE checkpoint: the tiny one
         for run in range(args.runs):
-            runs.append(one_run(run, Path(scratch), platform_url, token, moe))
-            print(f"run {run + 1}: upload → first billed request {sum(runs[-1]):.2f} s")
+            runs.append(one_run(run, Path(scratch), platform_url, owner_token(run), moe))
+            print(f"run {run + 1}: upload → first billed sandbox request {sum(runs[-1]):.2f} s")
     server.shutdown()
-    print(f"\npackage factory, upload → first billed request, median of {args.runs} runs (seconds):")
+    print(f"\npackage factory, upload → first billed sandbox request, median of {args.runs} runs (seconds):")
     for index, phase in enumerate(PHASES):
         print(f"  {phase:<42} {statistics.median(r[index] for r in runs):8.3f}")
     print(f"  {'total':<42} {statistics.median(sum(r) for r in runs):8.3f}")
