@@ -86,9 +86,11 @@ def record_cost(profile: HostCostProfile, l3_us: int, l1_l2_us: int) -> Decimal:
     return (gpu + profile.operations_per_hour * Decimal(l1_l2_us)) / US_PER_HOUR
 
 
-def _attributed(start: datetime, end: datetime, package: str = "") -> list[tuple[LayerTimes, Decimal | None]]:
+def _attributed(
+    start: datetime, end: datetime, package: str = "", *, sandbox: bool = False
+) -> list[tuple[LayerTimes, Decimal | None]]:
     """Each (agent, tenant, contract, package) row with its cost, None where the host has no profile."""
-    rows = layer_times(start, end, package)
+    rows = layer_times(start, end, package, sandbox=sandbox)
     host_of = dict(Agent.objects.values_list("agent_id", "host_class"))
     profiles = {p.host_class: p for p in HostCostProfile.objects.all()}
     attributed = []
@@ -223,6 +225,22 @@ def suggested_base_fee(
     if not contracts:
         return ZERO
     return round_money(total / len(contracts) * package.margin_factor, currency)
+
+
+@dataclass(frozen=True)
+class CallCost:
+    calls: int  # successful calls on hosts with a cost profile
+    cost: Decimal  # their cost, exact
+
+
+def sandbox_call_cost(package: ComputePackage, start: datetime, end: datetime) -> CallCost | None:
+    """What the package's successful calls in customer sandboxes over [start, end) cost (hosts with a
+    cost profile only); None without any: the cost per event a sandbox measures for a new package."""
+    priced = [
+        (row, cost) for row, cost in _attributed(start, end, package.code, sandbox=True) if cost is not None
+    ]
+    calls = sum(row.requests for row, _ in priced)
+    return CallCost(calls, sum((cost for _, cost in priced), ZERO)) if calls else None
 
 
 UNATTRIBUTED = "unattributed"  # the expert split's row for the L2 and L3 cost of requests without experts

@@ -5,6 +5,7 @@ the declared terms, and get the package, its quote and its deployment manifests
 from __future__ import annotations
 
 import json
+from datetime import timedelta
 from typing import Any
 
 from django.contrib import messages
@@ -19,7 +20,7 @@ from catalog.models import HostCostProfile
 from common.errors import ApiError
 from common.periods import month_of, previous_month
 from package_factory.errors import FactoryError
-from package_factory.selectors import measured_base_fee, package_builds
+from package_factory.selectors import measured_base_fee, package_builds, sandbox_base_fee
 from package_factory.services import build_package
 from package_factory.templates import Template, template, templates
 
@@ -27,6 +28,7 @@ from ..access import READ_WRITE, portal_view
 from .common import error_message, page
 
 DEFAULT_TEMPLATE = "contract-review"
+SANDBOX_WINDOW = timedelta(days=30)  # the sandbox calls whose cost the build page quotes from
 
 
 def form_values(chosen: Template) -> dict[str, str]:
@@ -137,7 +139,8 @@ def factory_build(request: HttpRequest, principal: Principal, code: str) -> Http
     if build is None:
         raise Http404(_("No such package build."))
     plan = build.package.plans.prefetch_related("prices").first()
-    last_month = previous_month(month_of(timezone.now()))
+    now = timezone.now()
+    last_month = previous_month(month_of(now))
     return page(
         request,
         "frontend/factory_build.html",
@@ -149,4 +152,6 @@ def factory_build(request: HttpRequest, principal: Principal, code: str) -> Http
         executor_config=json.dumps(build.executor_config, indent=2),
         last_month=last_month,
         measured_fee=measured_base_fee(build, last_month),
+        sandbox_fee=sandbox_base_fee(build, now - SANDBOX_WINDOW, now),
+        sandbox_days=SANDBOX_WINDOW.days,
     )

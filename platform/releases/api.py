@@ -33,19 +33,19 @@ class StaffOnly(ApiError):
         super().__init__("permission_denied", f"Only platform staff {action}.")
 
 
-class StageCapabilitySerializer(serializers.Serializer):
+class ReleaseStageCapabilitySerializer(serializers.Serializer):
     capability = IdentifierField(max_length=64, source="capability.code")
     model_id = serializers.CharField(source="capability.model_id", read_only=True)
     hourly_cap = serializers.IntegerField(min_value=0, allow_null=True, required=False, default=None)
     gated = StrictBooleanField(required=False, default=True)
 
 
-class NoteSerializer(serializers.Serializer):
+class ReleaseNoteSerializer(serializers.Serializer):
     text = IdentifierField(max_length=NOTE_MAX_CHARS)
     created_at = serializers.DateTimeField(read_only=True)
 
 
-class StageSerializer(serializers.Serializer):
+class ReleaseStageSerializer(serializers.Serializer):
     position = serializers.IntegerField(read_only=True)
     name = IdentifierField(max_length=200)
     status = serializers.CharField(read_only=True)
@@ -60,11 +60,11 @@ class StageSerializer(serializers.Serializer):
     window_started_at = serializers.DateTimeField(read_only=True)
     ended_at = serializers.DateTimeField(read_only=True)
     holds = serializers.IntegerField(read_only=True)
-    capabilities = StageCapabilitySerializer(many=True)
-    notes = NoteSerializer(many=True, read_only=True)
+    capabilities = ReleaseStageCapabilitySerializer(many=True)
+    notes = ReleaseNoteSerializer(many=True, read_only=True)
 
 
-class PlanSerializer(serializers.Serializer):
+class ReleasePlanSerializer(serializers.Serializer):
     code = IdentifierField(max_length=64)
     name = IdentifierField(max_length=200)
     contract = IdentifierField(max_length=64, source="contract.code")
@@ -73,7 +73,7 @@ class PlanSerializer(serializers.Serializer):
     current_stage = serializers.SerializerMethodField()
     created_at = serializers.DateTimeField(read_only=True)
     completed_at = serializers.DateTimeField(read_only=True)
-    stages = StageSerializer(many=True)
+    stages = ReleaseStageSerializer(many=True)
 
     def get_current_stage(self, plan: ReleasePlan) -> int | None:
         stage = next((s for s in plan.stages.all() if s.status in IN_FORCE), None)
@@ -108,28 +108,27 @@ def plan_spec(data: dict[str, Any]) -> PlanSpec:
 class PlanListView(generics.ListAPIView):
     """The release plans of the tenant's contracts. POST (staff): a plan, its first stage in force."""
 
-    serializer_class = PlanSerializer
+    serializer_class = ReleasePlanSerializer
     write_roles = WRITE_ANY
 
     def get_queryset(self) -> QuerySet[ReleasePlan]:
         return visible_plans(principal_of(self.request))
 
-    @extend_schema(request=PlanSerializer, responses={201: PlanSerializer})
+    @extend_schema(request=ReleasePlanSerializer, responses={201: ReleasePlanSerializer})
     def post(self, request: Request) -> Response:
         if not principal_of(request).is_staff:
             raise StaffOnly("make release plans")
-        body = PlanSerializer(data=request.data)
+        body = ReleasePlanSerializer(data=request.data)
         body.is_valid(raise_exception=True)
         plan = create_plan(spec=plan_spec(body.validated_data), now=timezone.now())
-        return Response(
-            PlanSerializer(plan_of(principal_of(request), plan.code)).data, status=status.HTTP_201_CREATED
-        )
+        answer = ReleasePlanSerializer(plan_of(principal_of(request), plan.code)).data
+        return Response(answer, status=status.HTTP_201_CREATED)
 
 
 class PlanDetailView(APIView):
-    @extend_schema(responses={200: PlanSerializer})
+    @extend_schema(responses={200: ReleasePlanSerializer})
     def get(self, request: Request, code: str) -> Response:
-        return Response(PlanSerializer(plan_of(principal_of(request), code)).data)
+        return Response(ReleasePlanSerializer(plan_of(principal_of(request), code)).data)
 
 
 class PromoteView(APIView):
@@ -138,12 +137,12 @@ class PromoteView(APIView):
 
     write_roles = WRITE_ANY
 
-    @extend_schema(request=None, responses={200: PlanSerializer})
+    @extend_schema(request=None, responses={200: ReleasePlanSerializer})
     def post(self, request: Request, code: str) -> Response:
         principal = principal_of(request)
         plan = plan_of(principal, code)
         promote_plan(plan=plan, principal=principal, now=timezone.now())
-        return Response(PlanSerializer(plan_of(principal, code)).data)
+        return Response(ReleasePlanSerializer(plan_of(principal, code)).data)
 
 
 class StageNoteView(APIView):
@@ -151,13 +150,13 @@ class StageNoteView(APIView):
 
     write_roles = WRITE_ANY
 
-    @extend_schema(request=NoteSerializer, responses={201: NoteSerializer})
+    @extend_schema(request=ReleaseNoteSerializer, responses={201: ReleaseNoteSerializer})
     def post(self, request: Request, code: str, position: int) -> Response:
         principal = principal_of(request)
         stage = stage_of(plan_of(principal, code), position)
         if not principal.is_staff:
             raise StaffOnly("write stage notes")
-        body = NoteSerializer(data=request.data)
+        body = ReleaseNoteSerializer(data=request.data)
         body.is_valid(raise_exception=True)
         note = add_stage_note(stage=stage, text=body.validated_data["text"], author_id=principal.user_id)
-        return Response(NoteSerializer(note).data, status=status.HTTP_201_CREATED)
+        return Response(ReleaseNoteSerializer(note).data, status=status.HTTP_201_CREATED)

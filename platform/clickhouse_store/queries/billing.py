@@ -447,19 +447,24 @@ class LayerTimes(NamedTuple):
     l1_us: int
 
 
-_COST_SQL = (
-    "SELECT agent_id, tenant, contract, package, count(), sum(l3_latency_us), "  # noqa: S608
-    f"sum(l1_latency_us + l2_latency_us), sum(l1_latency_us) FROM {query.RECORDS} "
-    "WHERE status = 'ok' AND start_time >= {start:DateTime64(9, 'UTC')} "
-    "AND start_time < {end:DateTime64(9, 'UTC')} AND ({package:String} = '' OR package = {package:String}) "
-    "GROUP BY agent_id, tenant, contract, package"
-)
+def _cost_sql(sandbox: bool) -> str:
+    return (
+        "SELECT agent_id, tenant, contract, package, count(), sum(l3_latency_us), "  # noqa: S608
+        f"sum(l1_latency_us + l2_latency_us), sum(l1_latency_us) FROM {query.records(sandbox)} "
+        "WHERE status = 'ok' AND start_time >= {start:DateTime64(9, 'UTC')} "
+        "AND start_time < {end:DateTime64(9, 'UTC')} "
+        "AND ({package:String} = '' OR package = {package:String}) "
+        "GROUP BY agent_id, tenant, contract, package"
+    )
 
 
-def layer_times(start: datetime, end: datetime, package: str = "") -> list[LayerTimes]:
+def layer_times(
+    start: datetime, end: datetime, package: str = "", *, sandbox: bool = False
+) -> list[LayerTimes]:
     """The layer times of [start, end)'s successful records per (agent, tenant, contract, package), of
-    one package ("": all); one query, the costs are applied per agent by the caller."""
-    rows = query.select(_COST_SQL, {"start": start, "end": end, "package": package})
+    one package ("": all; `sandbox`: of the customer sandboxes' records); one query, the costs are
+    applied per agent by the caller."""
+    rows = query.select(_cost_sql(sandbox), {"start": start, "end": end, "package": package})
     return [
         LayerTimes(a, t, c, p, int(n), int(l3), int(l1_l2), int(l1)) for a, t, c, p, n, l3, l1_l2, l1 in rows
     ]
