@@ -180,6 +180,10 @@ class SandboxResetView(APIView):
 
     @extend_schema(request=None, responses={200: SandboxAnswerSerializer})
     def post(self, request: Request) -> Response:
+        # Nothing to send; a body sent is parsed all the same, so one past the JSON limits or not an
+        # object is refused before anything is deleted.
+        if int(request.META.get("CONTENT_LENGTH") or 0):
+            serializers.Serializer(data=request.data).is_valid(raise_exception=True)
         sandbox = reset_sandbox(_sandbox(request))
         return Response(_answer(sandbox, sandbox_metrics(sandbox, timezone.now())))
 

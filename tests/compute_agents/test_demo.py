@@ -80,14 +80,15 @@ def test_run_demo_invoices_what_the_tree_served_and_its_burst_borrows_and_scales
     assert (line.description, line.quantity, line.amount) == ("Contract review events", 7, Decimal("87.50"))
     assert sorted(e["event_id"] for e in line.details["events"]) == [f"review-{n}" for n in range(1, 8)]
     # The sandbox: its simulated events went through the tree into its own store, and it has no invoice.
-    assert "the simulator sent 12 of its 1000 events a day through the L1 router" in text
+    words = " ".join(text.split())  # as printed, lines wrapped at the console's width
+    assert "the simulator sent 12 of its 1000 events a day through the L1 router" in words
     sandbox = Sandbox.objects.select_related("contract").get(tenant__code="acme-legal")
     [(sandboxed,)] = query.select(
         f"SELECT count() FROM {query.SANDBOX} WHERE contract = {{c:String}}", {"c": sandbox.contract.code}
     )
     assert sandboxed == 12 and sandbox.contract.code not in everything
     assert not Invoice.objects.filter(contract=sandbox.contract).exists()
-    assert "Projected invoice" in text and "Sandbox figures of" in text
+    assert "Projected invoice" in words and "Sandbox figures of" in words
     # Through the tree: every served request is a v2 record of an executor, with the router's decision.
     [(routed, executors)] = query.select(
         f"SELECT countIf(v = 2), groupUniqArray(agent_id) FROM {query.RECORDS} "
@@ -138,7 +139,8 @@ def test_run_demo_sends_its_history_once_with_terms_for_every_page() -> None:
         "patient-matching",
         "batch-summaries",
         "acme-claims",
-    }  # acme-claims: the factory's
+        "contract-review-events",
+    }  # acme-claims: the factory's; contract-review-events: the package billed per event
     assert set(PackagePlan.objects.filter(active=True).values_list("package__code", flat=True)) == packages
     assert HostCostProfile.objects.filter(host_class="cpu-demo").exists()
     reports = SlaReport.objects.select_related("contract__package__sla_policy")

@@ -98,7 +98,7 @@ def test_a_sandbox_is_its_own_contract_its_records_are_stored_apart_and_measured
     assert preview["preview"] is True and preview["packages"] == ["supplier"]
     assert not Invoice.objects.exists()  # a preview: nothing saved
 
-    reset = token_client(production.tenant).post("/v1/sandbox/reset")
+    reset = token_client(production.tenant).post("/v1/sandbox/reset", content_type="application/json")
     assert reset.status_code == 200 and reset.json()["metrics"]["records"] == 0
     assert sandbox_figures(production.tenant.code, box.code, *NOV).records == 0
     assert count_records(production.code, *NOV) == (1, 1)  # production's untouched
@@ -126,5 +126,5 @@ def test_refusals_name_the_problem_and_other_tenants_see_nothing() -> None:
     outsider = token_client(TenantFactory.create())
     assert outsider.get("/v1/sandbox").status_code == 404
     assert outsider.get("/v1/sandbox/projection").status_code == 404
-    assert outsider.post("/v1/sandbox/reset").status_code == 404
+    assert outsider.post("/v1/sandbox/reset", content_type="application/json").status_code == 404
     assert Sandbox.objects.count() == 1
