@@ -56,9 +56,9 @@ class ReleaseStageSerializer(serializers.Serializer):
     )
     gate_min_calls = serializers.IntegerField(min_value=0, max_value=10**9, required=False, default=0)
     duration_hours = serializers.IntegerField(min_value=1, max_value=100_000, allow_null=True, required=False)
-    started_at = serializers.DateTimeField(read_only=True)
-    window_started_at = serializers.DateTimeField(read_only=True)
-    ended_at = serializers.DateTimeField(read_only=True)
+    started_at = serializers.DateTimeField(read_only=True, allow_null=True)
+    window_started_at = serializers.DateTimeField(read_only=True, allow_null=True)
+    ended_at = serializers.DateTimeField(read_only=True, allow_null=True)
     holds = serializers.IntegerField(read_only=True)
     capabilities = ReleaseStageCapabilitySerializer(many=True)
     notes = ReleaseNoteSerializer(many=True, read_only=True)
@@ -72,7 +72,7 @@ class ReleasePlanSerializer(serializers.Serializer):
     status = serializers.CharField(read_only=True)
     current_stage = serializers.SerializerMethodField()
     created_at = serializers.DateTimeField(read_only=True)
-    completed_at = serializers.DateTimeField(read_only=True)
+    completed_at = serializers.DateTimeField(read_only=True, allow_null=True)
     stages = ReleaseStageSerializer(many=True)
 
     def get_current_stage(self, plan: ReleasePlan) -> int | None:
