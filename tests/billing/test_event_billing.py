@@ -160,16 +160,10 @@ def test_two_held_packages_measured_in_one_unit_cannot_be_priced_by_it() -> None
     assert refused.value.details == {"unit": "supplier_event", "packages": ["supplier", "supplier-2"]}
 
 
-def test_events_start_where_their_first_record_does_and_a_price_version_bills_its_own() -> None:
-    contract = priced(composed_contract())
-    ContractPrice.objects.create(
-        contract=contract,
-        dimension="supplier_event",
-        unit_price=D("10.00"),
-        effective_from=datetime(2026, 11, 20, tzinfo=UTC),
-    )
+def early_and_late_events(contract: Contract) -> None:
+    """Two billable supplier events: po-1 on November 10, po-9 on November 25."""
     agent = signing_agent(contract)
-    later = DAY + 15 * 86400 * 10**9  # November 25
+    later = DAY + 15 * 86400 * 10**9
     ingest(
         agent,
         [
@@ -179,6 +173,17 @@ def test_events_start_where_their_first_record_does_and_a_price_version_bills_it
             call(agent, contract, "po-9", "clauses", outcome={"f1": "0.99"}, start_ns=later + 10**9),
         ],
     )
+
+
+def test_events_start_where_their_first_record_does_and_a_price_version_bills_its_own() -> None:
+    contract = priced(composed_contract())
+    ContractPrice.objects.create(
+        contract=contract,
+        dimension="supplier_event",
+        unit_price=D("10.00"),
+        effective_from=datetime(2026, 11, 20, tzinfo=UTC),
+    )
+    early_and_late_events(contract)
     invoice = generate_invoice(contract.pk, *NOV, now=DEC_2)
     versions = invoice.lines.filter(dimension="supplier_event").order_by("pk")
     assert [(x.quantity, x.unit_price, x.amount) for x in versions] == [
@@ -200,17 +205,7 @@ def test_the_events_of_a_gray_release_stage_with_billing_off_are_not_billed() ->
         ),
         now=datetime(2026, 11, 20, tzinfo=UTC),
     )
-    agent = signing_agent(contract)
-    gray = DAY + 15 * 86400 * 10**9  # November 25
-    ingest(
-        agent,
-        [
-            call(agent, contract, "po-1", "ocr"),
-            call(agent, contract, "po-1", "clauses", outcome={"f1": "0.95"}),
-            call(agent, contract, "po-9", "ocr", start_ns=gray),
-            call(agent, contract, "po-9", "clauses", outcome={"f1": "0.99"}, start_ns=gray + 10**9),
-        ],
-    )
+    early_and_late_events(contract)
     invoice = generate_invoice(contract.pk, *NOV, now=DEC_2)
     line = invoice.lines.get(dimension="supplier_event")
     assert (line.quantity, line.amount) == (D(1), D("12.50"))
