@@ -243,11 +243,7 @@ def _late_events(
     adjustments billed theirs (a partial event that late records completed), each with its records."""
     lines = [*invoice.lines.filter(kind=InvoiceLine.Kind.USAGE, dimension=unit), *earlier_adjustments]
     billed = {e["event_id"] for x in lines if x.dimension == unit for e in x.details.get("events", [])}
-    return [
-        {"event_id": e.event_id, "records": sorted(e.records)}
-        for e in measured.events[unit]
-        if e.event_id not in billed
-    ]
+    return [e.as_json() for e in measured.events[unit] if e.event_id not in billed]
 
 
 def _rerated(

@@ -75,6 +75,10 @@ class BilledEvent(NamedTuple):
     records: tuple[str, ...]
     started: datetime
 
+    def as_json(self) -> dict[str, object]:
+        """As an invoice line states it (`details.events`): the id and the record ids, sorted."""
+        return {"event_id": self.event_id, "records": sorted(self.records)}
+
 
 @dataclass(frozen=True)
 class PeriodUsage:

@@ -124,8 +124,9 @@ def _with_events(
 ) -> PeriodUsage:
     """The usage plus, per business-event unit, its billable events: their count is the unit's quantity
     (in each price segment, those that started in it)."""
-    terms = list(meter.events.values())
-    measured = measure_events(meter.tenant, meter.contract, start, end, terms, sandbox=sandbox)
+    measured = measure_events(
+        meter.tenant, meter.contract, start, end, list(meter.events.values()), sandbox=sandbox
+    )
     units = {terms.package: unit for unit, terms in meter.events.items()}
     billed: dict[str, list[BilledEvent]] = {unit: [] for unit in meter.events}
     for event in measured:

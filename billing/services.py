@@ -161,7 +161,7 @@ def billed_events(line: RatedLine, events: Sequence[BilledEvent]) -> list[dict[s
         start = datetime.fromisoformat(line.details["segment_start"])
         end = datetime.fromisoformat(line.details["segment_end"])
         events = [e for e in events if start <= e.started < end]
-    return [{"event_id": e.event_id, "records": sorted(e.records)} for e in events]
+    return [e.as_json() for e in events]
 
 
 def _coupon_uses(contract: Contract, exclude: Invoice | None) -> Counter[str]:

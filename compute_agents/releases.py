@@ -44,8 +44,12 @@ class Release:
             raise ValueError("release must be {plan, stage, models: [...]}")
         caps: list[tuple[str, int | None]] = []
         for model in entry["models"]:
-            cap = model.get("hourly_cap") if isinstance(model, dict) else "?"
-            if not isinstance(model.get("model_id"), str) or not (cap is None or isinstance(cap, int)):
+            cap = model.get("hourly_cap") if isinstance(model, dict) else None
+            if (
+                not isinstance(model, dict)
+                or not isinstance(model.get("model_id"), str)
+                or not (cap is None or isinstance(cap, int))
+            ):
                 raise ValueError("release models must be {model_id, hourly_cap, plan_hourly_cap}")
             caps.append((model["model_id"], cap))
         return cls(str(entry["plan"]), int(entry["stage"]), tuple(caps))

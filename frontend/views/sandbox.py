@@ -67,16 +67,14 @@ def _act(request: HttpRequest, principal: Principal) -> str | None:
     """Do the form's action; the new key's secret when one was issued (shown once), else None."""
     action = request.POST.get("action", "")
     if action == "open":
-        daily = request.POST.get("daily_events", "1000").strip()
-        open_sandbox(principal, request.POST.getlist("package"), int(daily) if daily.isdigit() else -1)
+        open_sandbox(principal, request.POST.getlist("package"), _daily_events(request, "1000"))
         messages.success(request, _("The sandbox is open."))
         return None
     box = sandbox_of(principal)
     if action == "key":
         return issue_sandbox_key(box, request.POST.get("package", ""), _("sandbox (portal)")).secret
     if action == "traffic":
-        daily = request.POST.get("daily_events", "").strip()
-        set_daily_events(box, int(daily) if daily.isdigit() else -1)
+        set_daily_events(box, _daily_events(request, ""))
         messages.success(request, _("The simulated traffic is changed."))
         return None
     if action == "reset":
@@ -84,3 +82,9 @@ def _act(request: HttpRequest, principal: Principal) -> str | None:
         messages.success(request, _("The sandbox's records are deleted."))
         return None
     raise SandboxError("unknown_action", _("Unknown action."))
+
+
+def _daily_events(request: HttpRequest, default: str) -> int:
+    """The form's events a day; -1 for what is not a whole number, which the service refuses by name."""
+    daily = request.POST.get("daily_events", default).strip()
+    return int(daily) if daily.isdigit() else -1

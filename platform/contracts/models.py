@@ -176,9 +176,15 @@ class Contract(models.Model):
     def event_packages(self) -> dict[str, list[ComputePackage]]:
         """The packages it holds that are measured in business events (those with capabilities), by
         their unit: a price named by a unit bills that package's events (billing.terms)."""
+        held = self.held_packages()
+        measured = set(
+            ComputePackage.objects.filter(
+                pk__in=[p.pk for p in held], package_capabilities__isnull=False
+            ).values_list("pk", flat=True)
+        )
         found: dict[str, list[ComputePackage]] = {}
-        for package in self.held_packages():
-            if package.package_capabilities.exists():
+        for package in held:
+            if package.pk in measured:
                 found.setdefault(package.unit, []).append(package)
         return found
 

@@ -31,8 +31,7 @@ class CapabilityGate:
 
     @property
     def acceptance(self) -> Decimal | None:
-        """accepted ÷ calls to 4 places; None without calls."""
-        return (Decimal(self.accepted) / self.calls).quantize(SHARE_PLACES) if self.calls else None
+        return share(self.accepted, self.calls)
 
     def as_json(self) -> dict[str, Any]:
         share = self.acceptance
@@ -63,6 +62,11 @@ class GateVerdict:
             "window_end": self.window_end.isoformat(),
             "capabilities": [c.as_json() for c in self.capabilities],
         }
+
+
+def share(part: int, whole: int) -> Decimal | None:
+    """part ÷ whole to 4 places; None of nothing (a gate's acceptance, a report's shares)."""
+    return (Decimal(part) / whole).quantize(SHARE_PLACES) if whole else None
 
 
 def stage_models(held: list[StageCapability]) -> list[StageModel]:

@@ -18,7 +18,7 @@ from clickhouse_store.queries.releases import StageFigures, stage_figures
 from treemeter_records.timeutil import unix_nanos
 
 from .errors import ReleaseNotFound
-from .gate import SHARE_PLACES, stage_models
+from .gate import share, stage_models
 from .models import GateEvaluation, ReleasePlan, ReleaseStage, StageCapability
 
 
@@ -68,7 +68,7 @@ class ReleaseInForce:
         }
 
 
-def cap_share(whole: int, agent_id: str, agents: list[str]) -> int:
+def capshare(whole: int, agent_id: str, agents: list[str]) -> int:
     """An agent's share of an hourly cap among the executors that serve the contract: the cap divided
     evenly, the remainder to the first agents by id, so the shares add up to the cap exactly. An agent
     not among them (a router, say) gets the whole cap."""
@@ -115,7 +115,7 @@ def releases_in_force(agent_id: str, contract_ids: Iterable[int]) -> dict[tuple[
         serving = agents.get(stage.plan.contract_id, [])
         caps = {
             s.capability.model_id: (
-                None if s.hourly_cap is None else cap_share(s.hourly_cap, agent_id, serving),
+                None if s.hourly_cap is None else capshare(s.hourly_cap, agent_id, serving),
                 s.hourly_cap,
             )
             for s in stage.capabilities.all()
@@ -184,16 +184,16 @@ class CapabilityReport:
     @property
     def availability(self) -> Decimal | None:
         """Successful calls ÷ calls (rejected and cancelled ones are not calls)."""
-        return _share(self.figures.ok, self.figures.calls)
+        return share(self.figures.ok, self.figures.calls)
 
     @property
     def within_sla(self) -> Decimal | None:
         """Successful calls that ended within the SLA timeout ÷ successful calls."""
-        return _share(self.figures.within_sla, self.figures.ok)
+        return share(self.figures.within_sla, self.figures.ok)
 
     @property
     def acceptance(self) -> Decimal | None:
-        return _share(self.figures.accepted, self.figures.calls)
+        return share(self.figures.accepted, self.figures.calls)
 
     @property
     def l3_seconds(self) -> Decimal:
@@ -219,10 +219,6 @@ class StageReport:
             "tokens_out": sum(f.tokens_out for f in figures),
             "l3_seconds": sum((c.l3_seconds for c in self.capabilities), Decimal(0)),
         }
-
-
-def _share(part: int, whole: int) -> Decimal | None:
-    return (Decimal(part) / whole).quantize(SHARE_PLACES) if whole else None
 
 
 def stage_report(plan: ReleasePlan, stage: ReleaseStage, now: datetime) -> StageReport:

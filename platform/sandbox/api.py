@@ -15,7 +15,7 @@ from rest_framework.views import APIView
 from accounts.access import WRITE_ANY, WRITE_DEVELOPER, principal_of
 from entitlements.api import ApiKeySerializer, IssuedApiKeySerializer
 
-from .models import MAX_DAILY_REQUESTS, Sandbox
+from .models import MAX_DAILY_EVENTS, Sandbox
 from .selectors import SandboxMetrics, projected_invoice, sandbox_metrics, sandbox_of
 from .services import (
     MAX_PACKAGES,
@@ -67,11 +67,11 @@ class OpenSerializer(serializers.Serializer):
     packages = serializers.ListField(
         child=serializers.RegexField(SLUG, max_length=64), min_length=1, max_length=MAX_PACKAGES
     )
-    daily_events = serializers.IntegerField(min_value=0, max_value=MAX_DAILY_REQUESTS, default=1000)
+    daily_events = serializers.IntegerField(min_value=0, max_value=MAX_DAILY_EVENTS, default=1000)
 
 
 class TrafficSerializer(serializers.Serializer):
-    daily_events = serializers.IntegerField(min_value=0, max_value=MAX_DAILY_REQUESTS)
+    daily_events = serializers.IntegerField(min_value=0, max_value=MAX_DAILY_EVENTS)
 
 
 class KeyRequestSerializer(serializers.Serializer):

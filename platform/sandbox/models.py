@@ -9,7 +9,7 @@ from django.db import models
 from accounts.models import Tenant
 from contracts.models import Contract
 
-MAX_DAILY_REQUESTS = 100_000
+MAX_DAILY_EVENTS = 100_000
 
 
 class Sandbox(models.Model):
@@ -17,7 +17,7 @@ class Sandbox(models.Model):
     contract = models.OneToOneField(Contract, on_delete=models.PROTECT, related_name="sandbox_of")
     daily_events = models.PositiveIntegerField(
         default=1000,
-        validators=[MaxValueValidator(MAX_DAILY_REQUESTS)],
+        validators=[MaxValueValidator(MAX_DAILY_EVENTS)],
         help_text="Events a day the simulator sends through the serving path (0: none).",
     )
     # The simulator's keys, one per package (package code → secret). Sandbox keys reach only the

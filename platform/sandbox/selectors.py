@@ -44,16 +44,13 @@ class SandboxMetrics:
 
 @dataclass(frozen=True)
 class Projection:
-    """The month's invoice as the sandbox's usage so far projects it: each quantity measured over
-    [start, measured_until) and scaled by `factor` to the whole month, then rated."""
+    """The month's invoice as the sandbox's usage so far projects it: each quantity measured from the
+    month's start to `measured_until` and scaled by `factor` to the whole month, then rated."""
 
     month: str
     packages: list[str]
-    start: datetime
-    end: datetime
     measured_until: datetime
     factor: Decimal
-    measured: dict[str, Decimal]
     invoice: RatedInvoice
     currency: str
 
@@ -109,17 +106,7 @@ def projected_invoice(sandbox: Sandbox, packages: Sequence[str], now: datetime) 
         measured.record_count,
         {d: (q * factor).quantize(PLACES) for d, q in measured.quantities.items()},
     )
-    return Projection(
-        month,
-        chosen,
-        start,
-        end,
-        now,
-        factor,
-        measured.quantities,
-        rate_period(terms, projected, start, end),
-        terms.currency,
-    )
+    return Projection(month, chosen, now, factor, rate_period(terms, projected, start, end), terms.currency)
 
 
 def _for_packages(terms: Terms, chosen: Sequence[str], plans: dict[str, str]) -> Terms:

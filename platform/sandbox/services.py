@@ -22,7 +22,7 @@ from contracts.services import set_plan_charge
 from entitlements.services import IssuedKey, issue_api_key
 
 from .errors import SandboxError, SandboxExists
-from .models import MAX_DAILY_REQUESTS, Sandbox
+from .models import MAX_DAILY_EVENTS, Sandbox
 
 MAX_PACKAGES = 8
 
@@ -148,9 +148,9 @@ def _key(contract: Contract, package: str, name: str) -> IssuedKey:
 
 def _check_daily(daily_events: int) -> None:
     whole = isinstance(daily_events, int) and not isinstance(daily_events, bool)
-    if not whole or not 0 <= daily_events <= MAX_DAILY_REQUESTS:
+    if not whole or not 0 <= daily_events <= MAX_DAILY_EVENTS:
         raise SandboxError(
             "invalid_daily_events",
-            f"daily_events is a whole number from 0 to {MAX_DAILY_REQUESTS}.",
+            f"daily_events is a whole number from 0 to {MAX_DAILY_EVENTS}.",
             {"daily_events": daily_events},
         )

@@ -41,7 +41,7 @@ from functools import lru_cache
 from typing import Any
 
 from .credits import Finding
-from .metrics import FIELDS, MAX_LENGTH, MetricError, Value, _instant_ns, _Parser
+from .metrics import FIELDS, MAX_LENGTH, MetricError, Parser, Value, instant_ns
 from .rating import CHARGE_MODELS, amount_problems, charge_amount, priced_as, segment_amounts
 
 BILLABLE = "billable"
@@ -96,7 +96,7 @@ def period_figures(records: Sequence[dict[str, Any]]) -> dict[str, float]:
     }
 
 
-class _RuleParser(_Parser):
+class _RuleParser(Parser):
     """The metric grammar without an aggregation, with the period's figures and ``outcome_<key>``; a
     rule's value reads the record with the figures merged in (``rule_holds``)."""
 
@@ -319,7 +319,7 @@ def _version_lines(
     pairs = []
     for line in segments:
         name = f"version from {line['effective_from'] or 'the contract start'}"
-        begin, finish = _instant_ns(line["segment_start"]), _instant_ns(line["segment_end"])
+        begin, finish = instant_ns(line["segment_start"]), instant_ns(line["segment_end"])
         own = {k: e for k, e in billable.items() if begin <= e.started < finish}
         placed |= own.keys()
         problems += [f"{name}: {p}" for p in _quantity_problems(line, len(own))]

@@ -114,7 +114,7 @@ class Metric:
         return f"{AGGREGATION_LABELS[self.aggregation]} of {self.inner}"
 
 
-class _Parser:
+class Parser:
     """Recursive descent over the tokens, building the value as nested closures."""
 
     def __init__(self, expression: str) -> None:
@@ -270,7 +270,7 @@ def parse_metric(expression: str) -> Metric:
         raise MetricError("the expression is empty")
     if len(expression) > MAX_LENGTH:
         raise MetricError(f"the expression is longer than {MAX_LENGTH} characters")
-    return _Parser(expression).metric()
+    return Parser(expression).metric()
 
 
 # ClickHouse's toDecimal256(x, 18) for a Float64 x (src/DataTypes/DataTypesDecimal.h, convertToDecimalImpl,
@@ -475,7 +475,7 @@ def period_quantity(
 _EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
 
 
-def _instant_ns(text: str) -> int:
+def instant_ns(text: str) -> int:
     """An ISO instant (``effective_from``) as exact Unix nanoseconds."""
     instant = datetime.fromisoformat(text)
     if instant.utcoffset() is None:
@@ -491,7 +491,7 @@ def change_instants(prices: dict[str, Any], start_ns: int, end_ns: int) -> list[
         for terms in prices.values()
         for version in terms.get("versions", [terms])
         if version.get("effective_from")
-        and start_ns < (moment := _instant_ns(version["effective_from"])) < end_ns
+        and start_ns < (moment := instant_ns(version["effective_from"])) < end_ns
     }
     return sorted(instants)
 
@@ -501,7 +501,7 @@ def _spans(
 ) -> list[tuple[dict[str, Any], int, int]]:
     """Each version (oldest first) with the part [begin, finish) of the period it prices; none for the
     versions that price none of it."""
-    starts = [_instant_ns(v["effective_from"]) if v.get("effective_from") else start_ns for v in versions]
+    starts = [instant_ns(v["effective_from"]) if v.get("effective_from") else start_ns for v in versions]
     spans = []
     for k, version in enumerate(versions):
         begin = max(start_ns, starts[k])
