@@ -15,7 +15,6 @@ from django.utils import timezone
 from playwright.sync_api import Page, expect
 
 from catalog.models import HostCostProfile
-from frontend.views.usage import charts_available
 from package_factory.models import PackageBuild
 from releases.services import PlanSpec, StageSpec, create_plan
 from sandbox.models import Sandbox
@@ -80,8 +79,8 @@ def test_factory_form_then_sandbox_then_release_report(
     page.wait_for_load_state("networkidle")
     expect(page.get_by_test_id("sandbox-metrics")).to_be_visible()
     expect(page.get_by_test_id("sandbox-projection-total")).to_be_visible()
-    if charts_available():
-        expect(page.get_by_test_id("chart-sandbox-daily")).to_have_attribute("data-state", "ready")
+    expect(page.get_by_test_id("sandbox-no-calls")).to_be_visible()  # no chart before any call
+    expect(page.get_by_test_id("sandbox-p50")).to_have_text("—")
     box = Sandbox.objects.get(tenant=tenant)
     assert box.contract.sandbox and [p.code for p in box.contract.held_packages()] == ["delta-claims"]
     page.get_by_test_id("sandbox-issue-key").click()
