@@ -71,7 +71,7 @@ def main() -> None:
 def run(data_dir: Path, requests: int, lengths: list[int], overhead_requests: int) -> None:
     from agents.services import register_agent
     from clickhouse_store.migrator import apply_migrations
-    from clickhouse_store.queries.records import layer_latencies, served_spans
+    from clickhouse_store.queries.records import expert_cache_counts, layer_latencies, served_spans
     from compute_agents.checkpoint import TinySizes, create_tiny_model
     from compute_agents.runtime import pin_platform_key
     from demo.server import start_api_server
@@ -163,6 +163,10 @@ def run(data_dir: Path, requests: int, lengths: list[int], overhead_requests: in
         side: served_spans(overhead_start, overhead_end, agents)
         for side, agents in (("router", list(EXECUTOR_IDS)), ("direct", ["bench-direct"]))
     }
+    cache = {
+        side: expert_cache_counts(window, window_end, agents)
+        for side, agents in (("router", list(EXECUTOR_IDS)), ("direct", ["bench-direct"]))
+    }
     bundle = orjson.loads((data_dir / "router" / "bundle.json").read_bytes())
     training = bundle["classifier"]["training"]
     decision = stats["decision_us"]
@@ -217,6 +221,11 @@ def run(data_dir: Path, requests: int, lengths: list[int], overhead_requests: in
                 "",
             )
             for layer in ("L1", "L2", "L3")
+        ),
+        (
+            "  expert cache misses per 1,000 uses, routed / direct",
+            " / ".join(f"{1000 * cache[side][1] / max(1, sum(cache[side])):.1f}" for side in ("router", "direct")),
+            "",
         ),
         (
             "router decision latency p50 / p99",

@@ -1,4 +1,5 @@
-"""``python -m compute_agents.classifier train --rules RULES.json --out BUNDLE.json [--encoder-dir DIR]``."""
+"""``python -m compute_agents.classifier train --rules RULES.json --out BUNDLE.json [--encoder-dir DIR]
+[--threshold T] [--early-layers N]``."""
 
 from __future__ import annotations
 
@@ -17,18 +18,24 @@ def main(argv: list[str] | None = None) -> int:
     train.add_argument("--out", type=Path, required=True, help="the bundle to write")
     train.add_argument("--encoder-dir", type=Path, default=None, help="where the ONNX encoder goes")
     train.add_argument("--threshold", type=float, default=DEFAULT_THRESHOLD)
+    train.add_argument(
+        "--early-layers", type=int, default=None, help="the early exit's encoder layers (0: no early exit)"
+    )
     args = parser.parse_args(argv)
 
-    from compute_agents.classifier.train import train_bundle
+    from compute_agents.classifier.train import EARLY_LAYERS, train_bundle
 
+    early_layers = EARLY_LAYERS if args.early_layers is None else args.early_layers
     try:
-        trained = train_bundle(args.rules, args.out, args.encoder_dir, threshold=args.threshold)
+        trained = train_bundle(
+            args.rules, args.out, args.encoder_dir, threshold=args.threshold, early_layers=early_layers
+        )
     except ClassifierError as error:
         print(f"error: {error}", file=sys.stderr)
         return 2
     for line in trained.report.lines():
         print(line)
-    print(f"encoder: {trained.encoder_path}")
+    print(f"encoder: {' + '.join(str(f) for f in (trained.files.first, trained.files.rest) if f)}")
     print(
         f"bundle: {trained.bundle_path} sha256 {trained.bundle_sha256}"
         f" (L1 node l1.{trained.bundle_sha256[:16]})"

@@ -14,12 +14,14 @@ import subprocess
 import sys
 from pathlib import Path
 
+import numpy as np
 import onnx
 import pytest
 
 from compute_agents.classifier import Classification, ClassifierError, DomainClassifier
-from compute_agents.classifier.model import Encoder
+from compute_agents.classifier.model import EarlyExit, Encoder
 from compute_agents.classifier.train import (
+    EARLY_LAYERS,
     MAX_LENGTH,
     Trained,
     canonical_bundle,
@@ -80,7 +82,8 @@ def test_an_encoder_of_fixed_length_pads_to_it(
     fixed = tmp_path / "fixed.onnx"
     onnx.save(model, str(fixed))
     tokenizer = trained.bundle_path.parent / spec["tokenizer"]
-    encoder = Encoder(fixed, tokenizer, MAX_LENGTH)
+    rest = trained.bundle_path.parent / spec["encoder_rest"]
+    encoder = Encoder(fixed, tokenizer, MAX_LENGTH, rest)
     text = "Refund my order, please."
     assert len(encoder.tokenizer.encode(text).ids) == MAX_LENGTH
     assert len(classifier.encoder.tokenizer.encode(text).ids) < MAX_LENGTH  # the bundle's: unpadded
@@ -91,7 +94,7 @@ def test_an_encoder_of_fixed_length_pads_to_it(
     other = classifier.encoder.embed("The pump vibrates and the bearing alarm went off.")
     assert float(padded @ unpadded) > 0.98 > float(padded @ other)
     with pytest.raises(ClassifierError, match=f"the encoder reads {MAX_LENGTH} tokens, the bundle says 16"):
-        Encoder(fixed, tokenizer, 16)
+        Encoder(fixed, tokenizer, 16, rest)
 
 
 def test_heldout_accuracy_above_floor(trained: Trained) -> None:
@@ -141,15 +144,16 @@ def test_bundle_hash_changes_when_head_changes(trained: Trained, classifier: Dom
 
     def bundle(l2: float) -> bytes:
         head = train_head(embedded, l2=l2)
+        early = EarlyExit(EARLY_LAYERS, train_head(embedded, early=True))
         section = classifier_section(
             embedded,
             head,
-            evaluate(embedded, head, 0.85),
-            encoder_path=base / json.loads(trained.bundle_path.read_bytes())["classifier"]["encoder"],
-            tokenizer_path=base / "all-MiniLM-L6-v2.tokenizer.json",
+            evaluate(embedded, head, 0.85, early.head),
+            files=trained.files,
             base=base,
             max_length=MAX_LENGTH,
             threshold=0.85,
+            early=early,
         )
         return canonical_bundle(rules, section)
 
@@ -163,6 +167,10 @@ def test_a_bundle_without_ngrams_still_loads_and_a_wrong_dimension_is_refused(tr
     assert spec["char_ngrams"] == {"buckets": 4096, "orders": [1, 2], "max_chars": 256}
     embedding_only = {k: v for k, v in spec.items() if k != "char_ngrams"}
     embedding_only["weights"] = [row[:384] for row in spec["weights"]]
+    embedding_only["early_exit"] = {
+        **spec["early_exit"],
+        "weights": [row[:384] for row in spec["early_exit"]["weights"]],
+    }
     older = DomainClassifier.from_spec(embedding_only, trained.bundle_path.parent)
     assert older.ngrams is None and older.classify("患者诊断报告").domain in older.labels
     with pytest.raises(ClassifierError, match="dimension"):
@@ -177,12 +185,13 @@ def test_mismatched_encoder_refused(trained: Trained, tmp_path: Path) -> None:
     spec = json.loads(trained.bundle_path.read_bytes())["classifier"]
     with pytest.raises(ClassifierError, match=r"encoder file .* has sha256 .* the bundle pins 0{64}"):
         DomainClassifier.from_spec({**spec, "encoder_sha256": "0" * 64}, trained.bundle_path.parent)
-    for name in (spec["encoder"], spec["tokenizer"]):
+    for name in (spec["encoder"], spec["encoder_rest"], spec["tokenizer"]):
         shutil.copyfile(trained.bundle_path.parent / name, tmp_path / name)
-    with (tmp_path / spec["encoder"]).open("ab") as handle:
-        handle.write(b"\0")
-    with pytest.raises(ClassifierError, match="encoder file"):
-        DomainClassifier.from_spec(spec, tmp_path)
+    for name, what in ((spec["encoder_rest"], "encoder rest file"), (spec["encoder"], "encoder file")):
+        with (tmp_path / name).open("ab") as handle:
+            handle.write(b"\0")
+        with pytest.raises(ClassifierError, match=what):
+            DomainClassifier.from_spec(spec, tmp_path)
     with pytest.raises(ClassifierError, match="not found"):
         DomainClassifier.from_spec(spec, tmp_path / "elsewhere")
 
@@ -242,7 +251,7 @@ def test_rules_decide_by_domain_and_confirm_below_threshold(trained: Trained, tm
         },
         {"package": "*", "sla_class": "*", "path": ["L1", "L3", "L1"]},
     ]
-    for name in ("encoder", "tokenizer"):
+    for name in ("encoder", "encoder_rest", "tokenizer"):
         shutil.copy(
             trained.bundle_path.parent / spec["classifier"][name], tmp_path / spec["classifier"][name]
         )
@@ -267,3 +276,57 @@ def test_rules_decide_by_domain_and_confirm_below_threshold(trained: Trained, tm
     path.write_text(json.dumps(spec))
     with pytest.raises(RulesError, match="unknown domain 'astrology'; the classifier's labels are"):
         Rules.load(path)
+
+
+def test_early_exit_decides_what_the_early_head_is_sure_of(
+    trained: Trained, classifier: DomainClassifier
+) -> None:
+    """A prompt is decided on the encoder's first layers when the early head's confidence is at least
+    the threshold (its domain and confidence are that head's), and by the whole encoder and head
+    otherwise: the split decides as its two heads say. The bundle records the held-out share decided
+    early (measured: 57.5 %, at the same held-out accuracy as without the exit, 0.825)."""
+    examples = [e for e in embed_dataset(classifier.encoder).examples if e.split == "test"]
+    assert classifier.early is not None and classifier.early.layers == EARLY_LAYERS == 2
+    early_head, head = classifier.early.head, classifier.head
+    seen = set()
+    for example in examples:
+        grams = classifier.ngrams.features(example.text) if classifier.ngrams else None
+        first, whole = classifier.encoder.embed_both(example.text)
+        sure = early_head.probabilities(np.concatenate([first, grams]))
+        decided = classifier.classify(example.text)
+        expected = (
+            sure if sure.max() >= classifier.threshold else head.probabilities(np.concatenate([whole, grams]))
+        )
+        assert decided.early is bool(sure.max() >= classifier.threshold)
+        assert decided.domain == classifier.labels[int(expected.argmax())]
+        assert decided.confidence == pytest.approx(float(expected.max()), rel=1e-9)
+        seen.add(decided.early)
+    assert seen == {True, False}
+    training = json.loads(trained.bundle_path.read_bytes())["classifier"]["training"]
+    assert 0.3 <= training["heldout_early_exit"] == round(trained.report.early_exit, 6) <= 0.8
+
+
+def test_a_whole_encoder_without_early_exit_still_trains_and_loads(
+    trained: Trained, classifier: DomainClassifier, tmp_path: Path
+) -> None:
+    """``--early-layers 0``: one graph, no early head, as bundles before the split; its embedding is
+    the split encoder's (each graph quantised on its own: measured cosine 0.99+)."""
+    whole = train_bundle(None, tmp_path / "bundle.json", early_layers=0)
+    spec = json.loads(whole.bundle_path.read_bytes())["classifier"]
+    assert "early_exit" not in spec and "encoder_rest" not in spec and whole.files.rest is None
+    loaded = DomainClassifier.from_spec(spec, tmp_path)
+    assert loaded.early is None and not loaded.encoder.split
+    text = "The pump vibrates and the bearing temperature alarm went off twice today."
+    assert loaded.classify(text).early is False
+    assert float(loaded.encoder.embed(text) @ classifier.encoder.embed(text)) > 0.98
+    assert whole.report.accuracy >= 0.78 and whole.report.early_exit == 0.0
+    with pytest.raises(ClassifierError, match="a split encoder's first graph gives"):
+        DomainClassifier.from_spec(
+            {
+                **spec,
+                "early_exit": json.loads(trained.bundle_path.read_bytes())["classifier"]["early_exit"],
+                "encoder_rest": spec["encoder"],
+                "encoder_rest_sha256": spec["encoder_sha256"],
+            },
+            tmp_path,
+        )

@@ -135,6 +135,19 @@ def served_spans(start: datetime, end: datetime, agents: Sequence[str]) -> tuple
     return int(row[0]), int(row[1]), int(row[2])
 
 
+def expert_cache_counts(start: datetime, end: datetime, agents: Sequence[str]) -> tuple[int, int]:
+    """Of these agents' served records with start_time in [start, end): their expert-cache hits and
+    misses, summed."""
+    [row] = query.select(
+        "SELECT sum(expert_cache_hits), sum(expert_cache_misses) "  # noqa: S608 - constant table name
+        f"FROM {query.RECORDS} WHERE status = 'ok' "
+        "AND start_time >= {start:DateTime64(9, 'UTC')} AND start_time < {end:DateTime64(9, 'UTC')} "
+        "AND has({agents:Array(String)}, agent_id)",
+        {"start": start, "end": end, "agents": list(agents)},
+    )
+    return int(row[0]), int(row[1])
+
+
 def count_records(contract: str, start: datetime, end: datetime) -> tuple[int, int]:
     """(records, served records) of a contract with start_time in [start, end)."""
     records, served = query.select(
