@@ -224,7 +224,9 @@ def run(data_dir: Path, requests: int, lengths: list[int], overhead_requests: in
         ),
         (
             "  expert cache misses per 1,000 uses, routed / direct",
-            " / ".join(f"{1000 * cache[side][1] / max(1, sum(cache[side])):.1f}" for side in ("router", "direct")),
+            " / ".join(
+                f"{1000 * cache[side][1] / max(1, sum(cache[side])):.1f}" for side in ("router", "direct")
+            ),
             "",
         ),
         (
