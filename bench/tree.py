@@ -17,6 +17,7 @@ live platform, and executors outside the tree.
 from __future__ import annotations
 
 import argparse
+import random
 import signal
 import statistics
 import subprocess
@@ -179,7 +180,7 @@ def run(data_dir: Path, requests: int, lengths: list[int], overhead_requests: in
     rows = [
         *(
             row
-            for length, (rate, pairs) in ratios.items()
+            for length, (rate, pairs, interval) in ratios.items()
             for row in (
                 (
                     f"max_tokens {length}: tokens/s through the router / direct",
@@ -187,6 +188,7 @@ def run(data_dir: Path, requests: int, lengths: list[int], overhead_requests: in
                     "",
                 ),
                 ("  ratio router ÷ direct (totals)", f"{rate['router'] / rate['direct']:.4f}", ">= 0.95"),
+                ("    its 95 % interval (bootstrap over the pairs)", "{:.4f}–{:.4f}".format(*interval), ""),
                 (
                     "  ratio router ÷ direct (median of same-prompt pairs)",
                     f"{statistics.median(pairs):.4f}",
@@ -235,6 +237,11 @@ def run(data_dir: Path, requests: int, lengths: list[int], overhead_requests: in
             "p99 <= 10 ms",
         ),
         (
+            "  decided on the encoder's first layers (early exit)",
+            f"{stats['early_exits']} of {stats['decisions']}",
+            "",
+        ),
+        (
             "classifier held-out accuracy (all / en / zh)",
             f"{training['heldout_accuracy']:.3f} / "
             + " / ".join(f"{training['heldout_accuracy_by_lang'][lang]:.3f}" for lang in ("en", "zh")),
@@ -257,23 +264,30 @@ def run(data_dir: Path, requests: int, lengths: list[int], overhead_requests: in
 
 def ratio(
     router_url: str, direct_url: str, ask: Any, requests: int, length: int
-) -> tuple[dict[str, float], list[float]]:
-    """Tokens/s through the router and direct, and each same-prompt pair's ratio, interleaved request
-    by request (the side going first alternates) so that drift hits both alike."""
-    totals = {"router": [0, 0.0], "direct": [0, 0.0]}
-    pairs = []
+) -> tuple[dict[str, float], list[float], tuple[float, float]]:
+    """Tokens/s through the router and direct, each same-prompt pair's ratio, and the 95 % interval of
+    the totals' ratio (bootstrap over the pairs, a fixed seed), interleaved request by request (the side
+    going first alternates) so that drift hits both alike."""
+    sides: dict[str, list[tuple[int, float]]] = {"router": [], "direct": []}
     for number in range(requests):
         order = ("router", "direct") if number % 2 else ("direct", "router")
-        seconds = {}
         for side in order:
-            status, tokens, seconds[side] = ask(
-                router_url if side == "router" else direct_url, number, length
-            )
+            status, tokens, seconds = ask(router_url if side == "router" else direct_url, number, length)
             assert status == 200, (side, status)
-            totals[side][0] += tokens
-            totals[side][1] += seconds[side]
-        pairs.append(seconds["direct"] / seconds["router"])
-    return {side: tokens / spent for side, (tokens, spent) in totals.items()}, pairs
+            sides[side].append((tokens, seconds))
+
+    def totals_ratio(pairs: list[int]) -> float:
+        rate = {
+            side: sum(answers[i][0] for i in pairs) / sum(answers[i][1] for i in pairs)
+            for side, answers in sides.items()
+        }
+        return rate["router"] / rate["direct"]
+
+    rng = random.Random(0)
+    drawn = sorted(totals_ratio([rng.randrange(requests) for _ in range(requests)]) for _ in range(2000))
+    rates = {side: sum(t for t, _ in answers) / sum(s for _, s in answers) for side, answers in sides.items()}
+    pairs = [d[1] / r[1] for r, d in zip(sides["router"], sides["direct"], strict=True)]
+    return rates, pairs, (drawn[49], drawn[1949])
 
 
 def kill_to_next_answer(tree: Any, ask: Any, victim: str) -> dict[str, Any]:

@@ -67,7 +67,9 @@ class PolicyRow:
 @dataclass(frozen=True)
 class Decision:
     """What L1 decided for one request. ``domain`` and ``confidence`` are None without a classifier;
-    ``l2_confirmation`` is set when the confidence was below the threshold and the path forced via L2."""
+    ``l2_confirmation`` is set when the confidence was below the threshold and the path forced via L2;
+    ``early_exit`` when the classifier decided on its encoder's first layers (the router's own count:
+    it is not among the signed claims, nor kept on disk)."""
 
     domain: str | None
     confidence: float | None
@@ -76,6 +78,7 @@ class Decision:
     l2_confirmation: bool
     queued: bool = False
     fallback_from: str | None = None  # the subtree chosen, when its breaker sent the request to ``subtree``
+    early_exit: bool = False
 
     def as_json(self) -> dict[str, Any]:
         """What a decision kept on disk holds (a job waiting, a request in flight)."""
@@ -216,7 +219,13 @@ class Rules:
         unsure = found.confidence < self.classifier.threshold
         path = L2_CONFIRMATION if unsure else row.path
         return Decision(
-            found.domain, found.confidence, path, row.subtree, l2_confirmation=unsure, queued=row.queued
+            found.domain,
+            found.confidence,
+            path,
+            row.subtree,
+            l2_confirmation=unsure,
+            queued=row.queued,
+            early_exit=found.early,
         )
 
     def path_for(self, package: str, sla_class: str) -> tuple[str, ...]:

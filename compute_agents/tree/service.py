@@ -54,6 +54,7 @@ class TreeStats:
     by_path: Counter[str] = field(default_factory=Counter)
     failovers: int = 0
     unserved: int = 0
+    early_exits: int = 0  # decisions the classifier made on its encoder's first layers
     fallbacks: Counter[str] = field(default_factory=Counter)  # by the subtree fallen back from
     decision_us: deque[int] = field(default_factory=lambda: deque(maxlen=DECISIONS_KEPT))
     lock: threading.Lock = field(default_factory=threading.Lock)  # decisions are made in a thread pool
@@ -63,6 +64,7 @@ class TreeStats:
             self.decision_us.append(elapsed_us)
             self.by_domain[decision.domain or "-"] += 1
             self.by_path[">".join(decision.path)] += 1
+            self.early_exits += decision.early_exit
 
     def fell_back(self, subtree: str) -> None:
         with self.lock:
@@ -83,6 +85,8 @@ class TreeStats:
             "unserved": self.unserved,
             "fallbacks": dict(self.fallbacks),
             "decision_us": {"p50": pct(0.5), "p99": pct(0.99), "count": len(ordered)},  # the last ones
+            "decisions": sum(self.by_domain.values()),
+            "early_exits": self.early_exits,
         }
 
 

@@ -266,6 +266,8 @@ def test_rules_decide_by_domain_and_confirm_below_threshold(trained: Trained, tm
     assert first.l2_confirmation is not confident
     assert first.path == (("L1", "L3", "L1") if confident else ("L1", "L2", "L3", "L1"))
     assert all(rules.decide(text, "pkg", "gold") == first for _ in range(100))
+    assert rules.classifier is not None and first.early_exit is rules.classifier.classify(text).early
+    assert "early_exit" not in first.as_json()  # the router's own count, not a signed claim
 
     spec["classifier"]["threshold"] = 1.0  # nothing is that sure: every decision is confirmed by L2
     path.write_text(json.dumps(spec))

@@ -365,7 +365,8 @@ class Command(BaseCommand):
         decision = stats["decision_us"]
         console.print(
             f"  L1 decision: p50 {decision['p50'] / 1000:.2f} ms, p99 {decision['p99'] / 1000:.2f} ms "
-            f"over {decision['count']}  ·  failovers {stats['failovers']}  ·  unserved {stats['unserved']}"
+            f"over {decision['count']} ({stats['early_exits']} of {stats['decisions']} decided on the "
+            f"encoder's first layers)  ·  failovers {stats['failovers']}  ·  unserved {stats['unserved']}"
         )
 
     def _hop_latencies(self, console: Console, period_start: datetime) -> None:
