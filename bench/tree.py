@@ -140,13 +140,11 @@ def run(data_dir: Path, requests: int, lengths: list[int], overhead_requests: in
     try:
         for number in range(4):  # warm-up: model pages, expert files, classifier
             ask(tree.url, number), ask(direct["direct"][0], number)
-        window = datetime.now(UTC)
         ratios, windows = {}, {}
         for length in lengths:
             begun = datetime.now(UTC)
             ratios[length] = ratio(tree.url, direct["direct"][0], ask, requests, length)
             windows[length] = (begun, datetime.now(UTC))
-        window_end = datetime.now(UTC)
         # The router's fixed cost per request: one output token each way, same prompts, interleaved.
         extra_ms = []
         overhead_start = datetime.now(UTC)
@@ -167,27 +165,17 @@ def run(data_dir: Path, requests: int, lengths: list[int], overhead_requests: in
         server.shutdown()
     # Where the time goes: the ratio loops' records per tree layer, routed (the tree's executors) and
     # direct; a routed record's first L1 hop holds the router's decision and the way to the executor.
-    layers = {
-        side: layer_latencies(window, window_end, agents)
-        for side, agents in (("router", list(EXECUTOR_IDS)), ("direct", ["bench-direct"]))
-    }
-    # The one-token requests' records: arrival to answer, its L1 hops, and the router's part of them.
-    # The same for each answer length's ratio loop: whether the router's added time is in the records.
+    sides = (("router", list(EXECUTOR_IDS)), ("direct", ["bench-direct"]))
+    window, window_end = windows[lengths[0]][0], windows[lengths[-1]][1]
+    layers = {side: layer_latencies(window, window_end, agents) for side, agents in sides}
+    cache = {side: expert_cache_counts(window, window_end, agents) for side, agents in sides}
+    # Each answer length's records (whether the router's added time is in them), and the one-token
+    # requests': arrival to answer, its L1 hops, and the router's part of them.
     length_spans = {
-        length: {
-            side: served_spans(begun, ended, agents)
-            for side, agents in (("router", list(EXECUTOR_IDS)), ("direct", ["bench-direct"]))
-        }
+        length: {side: served_spans(begun, ended, agents) for side, agents in sides}
         for length, (begun, ended) in windows.items()
     }
-    spans = {
-        side: served_spans(overhead_start, overhead_end, agents)
-        for side, agents in (("router", list(EXECUTOR_IDS)), ("direct", ["bench-direct"]))
-    }
-    cache = {
-        side: expert_cache_counts(window, window_end, agents)
-        for side, agents in (("router", list(EXECUTOR_IDS)), ("direct", ["bench-direct"]))
-    }
+    spans = {side: served_spans(overhead_start, overhead_end, agents) for side, agents in sides}
     bundle = orjson.loads((data_dir / "router" / "bundle.json").read_bytes())
     training = bundle["classifier"]["training"]
     decision = stats["decision_us"]

@@ -8,6 +8,7 @@ import sys
 from pathlib import Path
 
 from compute_agents.classifier.model import DEFAULT_THRESHOLD, ClassifierError
+from compute_agents.classifier.train import EARLY_LAYERS, train_bundle
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -19,16 +20,12 @@ def main(argv: list[str] | None = None) -> int:
     train.add_argument("--encoder-dir", type=Path, default=None, help="where the ONNX encoder goes")
     train.add_argument("--threshold", type=float, default=DEFAULT_THRESHOLD)
     train.add_argument(
-        "--early-layers", type=int, default=None, help="the early exit's encoder layers (0: no early exit)"
+        "--early-layers", type=int, default=EARLY_LAYERS, help="the early exit's encoder layers (0: none)"
     )
     args = parser.parse_args(argv)
-
-    from compute_agents.classifier.train import EARLY_LAYERS, train_bundle
-
-    early_layers = EARLY_LAYERS if args.early_layers is None else args.early_layers
     try:
         trained = train_bundle(
-            args.rules, args.out, args.encoder_dir, threshold=args.threshold, early_layers=early_layers
+            args.rules, args.out, args.encoder_dir, threshold=args.threshold, early_layers=args.early_layers
         )
     except ClassifierError as error:
         print(f"error: {error}", file=sys.stderr)

@@ -142,13 +142,6 @@ class Encoder:
         """The whole encoder's pooled vector."""
         return self.embed_both(text)[1]
 
-    def embed_many(self, texts: list[str]) -> npt.NDArray[np.float32]:
-        return (
-            np.stack([self.embed(text) for text in texts])
-            if texts
-            else np.zeros((0, EMBEDDING_DIM), np.float32)
-        )
-
 
 @dataclass
 class Tokens:
@@ -297,7 +290,7 @@ class DomainClassifier:
         onnx_path = _pinned(base, encoder_name, encoder_sha, "encoder")
         early = None
         rest_path = None
-        if early_spec is not None and layers is not None:
+        if layers is not None:
             early = EarlyExit(layers, Head.from_spec(early_spec, len(labels), width, "early exit head"))
             rest_path = _pinned(
                 base, spec.get("encoder_rest"), spec.get("encoder_rest_sha256"), "encoder rest"

@@ -28,6 +28,7 @@ from compute_agents.classifier.train import (
     classifier_section,
     embed_dataset,
     evaluate,
+    load_examples,
     read_rules,
     train_bundle,
     train_head,
@@ -287,7 +288,7 @@ def test_early_exit_decides_what_the_early_head_is_sure_of(
     the threshold (its domain and confidence are that head's), and by the whole encoder and head
     otherwise: the split decides as its two heads say. The bundle records the held-out share decided
     early (measured: 57.5 %, at the same held-out accuracy as without the exit, 0.825)."""
-    examples = [e for e in embed_dataset(classifier.encoder).examples if e.split == "test"]
+    examples = [e for e in load_examples() if e.split == "test"]
     assert classifier.early is not None and classifier.early.layers == EARLY_LAYERS == 2
     early_head, head = classifier.early.head, classifier.head
     seen = set()
