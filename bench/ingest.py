@@ -233,10 +233,10 @@ def _timed(module: Any, name: str) -> list[float]:
     spent = [0.0]
     inner = getattr(module, name)
 
-    def timed(*args: Any) -> Any:
+    def timed(*args: Any, **kwargs: Any) -> Any:
         began = time.perf_counter()
         try:
-            return inner(*args)
+            return inner(*args, **kwargs)
         finally:
             spent[0] += time.perf_counter() - began
 
