@@ -41,8 +41,14 @@ BENCHES: dict[str, tuple[list[str], str]] = {
 @pytest.mark.parametrize("bench", sorted(BENCHES))
 def test_bench_runs_to_its_figures(bench: str, tmp_path: Path) -> None:
     arguments, last_figure = BENCHES[bench]
-    # Its own chDB directory (one process per path); each bench makes its own PostgreSQL database.
-    env = {**os.environ, "TREEMETER_DATA_DIR": str(tmp_path), "COLUMNS": "200"}
+    # Its own chDB directory (one process may open a path, and this worker's is open here); each bench
+    # makes its own PostgreSQL database.
+    env = {
+        **os.environ,
+        "TREEMETER_DATA_DIR": str(tmp_path),
+        "CLICKHOUSE_URL": f"chdb://{tmp_path}/clickhouse",
+        "COLUMNS": "200",
+    }
     run = subprocess.run(
         [sys.executable, str(ROOT / "bench" / f"{bench}.py"), *arguments],
         cwd=ROOT,
