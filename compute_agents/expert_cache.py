@@ -11,7 +11,9 @@ blocks; a manifest written before the blocks refuses as before, naming none.
 
 Eviction is LRU-K with K = 2 (the victim is the resident expert whose second-most-recent use is oldest;
 experts used only once go first). A preheat step loads the experts that recent routing predicts, and
-counts as K uses of each: an expert just predicted is not the next victim.
+counts as K uses of each: an expert just predicted is not the next victim. The experts an L1 router asks
+for (``preheat_experts``) are the domain's, predicted across the tree: they take free slots and the places
+of experts that are not hot here, never a hot one's.
 
 Placement, on the clock ``now`` (seconds; tests drive it). Each ``get`` is one access of its expert; a
 preheat load is none. An expert's frequency is its accesses in the last ``WINDOW_S`` (60 s): an access at
@@ -272,17 +274,40 @@ class ExpertCache:
             return self._preheat(self.predicted(min(per_layer, self.capacity)), request)
 
     def preheat_experts(self, experts: Iterable[tuple[int, int]], request: CacheStats | None = None) -> int:
-        """Load the (layer, expert) pairs an L1 router asked for (at most the capacity of a layer, the
-        first asked first; unknown ones skipped); returns how many were loaded."""
-        taken: Counter[int] = Counter()
-        chosen = []
-        for layer, expert in experts:
-            known = 0 <= layer < len(self.resident) and f"{layer}/{expert}" in self.fingerprints
-            if known and taken[layer] < self.capacity:
-                chosen.append((layer, expert))
-                taken[layer] += 1
+        """Load the (layer, expert) pairs an L1 router asked for, the first asked first (unknown ones
+        skipped), and count each as K uses. The router predicts from the domain's requests across the
+        tree, not from this executor's traffic: a prediction takes a layer's free slot, or the place of
+        the least frequent resident expert that is not hot here (fewer than ``HOT_ACCESSES`` accesses in
+        the window) and that neither a request in flight nor this call has used; it never evicts a hot
+        expert. Returns how many were loaded."""
         with self.lock:
-            return self._preheat(chosen, request)
+            now = self.now()
+            asked: set[Key] = set()
+            loaded = 0
+            for layer, expert in experts:
+                key = (layer, expert)
+                known = 0 <= layer < len(self.resident) and f"{layer}/{expert}" in self.fingerprints
+                if not known or key in asked:
+                    continue
+                resident = self.resident[layer]
+                if expert not in resident:
+                    if len(resident) >= self.capacity:
+                        cold = (
+                            victim
+                            for frequency, _, victim in self._evictable(layer, now)
+                            if frequency < HOT_ACCESSES and (layer, victim) not in asked
+                        )
+                        victim = next(cold, None)
+                        if victim is None:
+                            continue
+                        del resident[victim]
+                    self._load(layer, expert, request)
+                    loaded += 1
+                asked.add(key)
+                self.clock += 1
+                self.uses[key] = deque([self.clock] * LRU_K, maxlen=LRU_K)
+            self.stats.preheat_loads += loaded
+            return loaded
 
     def _preheat(self, experts: list[tuple[int, int]], request: CacheStats | None) -> int:
         loaded = 0

@@ -131,6 +131,28 @@ def test_no_rule_drops_an_expert_a_request_in_flight_has_used(tiny_model: Path) 
     assert cache.unload_idle() == 1 and not cache.resident[0]
 
 
+def test_a_routers_preheat_takes_free_and_cold_places_never_a_hot_ones(tiny_model: Path) -> None:
+    clock = Clock()
+    cache = cache_for(tiny_model, clock, capacity=2)
+    access(cache, {1: 3, 2: 1})  # layer 0 full: 1 hot, 2 not
+    # 3 takes 2's place; 4 finds none: 1 is hot, and 3 was asked for in this very call.
+    assert cache.preheat_experts([(0, 3), (0, 4)]) == 1 and set(cache.resident[0]) == {1, 3}
+    assert cache.stats.preheat_loads == 1
+    # An empty layer: the free places, first asked first; the third finds only this call's experts.
+    assert cache.preheat_experts([(1, 5), (1, 6), (1, 7)]) == 2 and set(cache.resident[1]) == {5, 6}
+    # Resident already: nothing loaded. Hot everywhere: nothing evicted.
+    assert cache.preheat_experts([(0, 3)]) == 0
+    access(cache, {3: 3})
+    assert cache.preheat_experts([(0, 9)]) == 0 and set(cache.resident[0]) == {1, 3}
+    # A cold expert a request in flight has used stays too.
+    request = RequestUse(captured=None)
+    cache.get(1, 5, request)
+    cache.get(1, 6, request)
+    assert cache.preheat_experts([(1, 7)]) == 0 and set(cache.resident[1]) == {5, 6}
+    cache.release(request)
+    assert cache.preheat_experts([(1, 7)]) == 1 and len(cache.resident[1]) == 2 and 7 in cache.resident[1]
+
+
 def test_a_generation_admits_hot_experts_and_unloads_idle_ones(tiny_model: Path) -> None:
     clock = Clock()
     engine = TorchEngine(
