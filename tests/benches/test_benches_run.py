@@ -26,7 +26,7 @@ BENCHES: dict[str, tuple[list[str], str]] = {
     "ingest": (["--records", "200", "--sizes", "100", "--no-http"], "Ingest throughput, 200 records"),
     "validation": (["--records", "100"], "reference ÷ fast path:"),
     "verify": (["--records", "2000"], "append_batch itself:"),
-    "invoice_run": (["--records", "20000", "--contracts", "10"], "Invoice run: 20,000 records"),
+    "invoice_run": (["--records", "20000", "--contracts", "10"], "targets: full run ÷ floor"),
     "sla_report": (["--records", "20000", "--contracts", "10"], "reports / bare GROUP BY:"),
     "scheduler_sim": (["--hours", "0.2"], "SLA met"),
     "classifier": (["--n", "20"], "held-out accuracy"),
