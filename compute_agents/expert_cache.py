@@ -304,10 +304,14 @@ class ExpertCache:
                     self._load(layer, expert, request)
                     loaded += 1
                 asked.add(key)
-                self.clock += 1
-                self.uses[key] = deque([self.clock] * LRU_K, maxlen=LRU_K)
+                self._preheated(key)
             self.stats.preheat_loads += loaded
             return loaded
+
+    def _preheated(self, key: Key) -> None:
+        """A preheated expert counts as K uses now: it is not the next LRU-K victim."""
+        self.clock += 1
+        self.uses[key] = deque([self.clock] * LRU_K, maxlen=LRU_K)
 
     def _preheat(self, experts: list[tuple[int, int]], request: CacheStats | None) -> int:
         loaded = 0
@@ -315,8 +319,7 @@ class ExpertCache:
             if expert not in self.resident[layer]:
                 self._load(layer, expert, request)
                 loaded += 1
-            self.clock += 1
-            self.uses[(layer, expert)] = deque([self.clock] * LRU_K, maxlen=LRU_K)
+            self._preheated((layer, expert))
         self.stats.preheat_loads += loaded
         return loaded
 
@@ -344,8 +347,7 @@ class ExpertCache:
                             break
                         del resident[victim[2]]
                     self._load(layer, expert, request)
-                    self.clock += 1
-                    self.uses[(layer, expert)] = deque([self.clock] * LRU_K, maxlen=LRU_K)
+                    self._preheated((layer, expert))
                     self.stats.hot_preheats += 1
                     loaded += 1
             return loaded
